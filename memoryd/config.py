@@ -1,0 +1,195 @@
+"""Typed settings, loaded once per process from ``MEMORYD_*`` environment variables.
+
+``get_settings()`` validates everything at start-up (``memoryd`` commands and the
+worker call it first), so a bad cron string or weight fails loudly at once.
+Tests replace the cached instance with ``override_settings``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memoryd.errors import ConfigError
+
+JOBS = (
+    "consolidate", "evict", "expire", "deduplicate", "summarize",
+    "cortex", "compact_sessions", "repair_sessions",
+)
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("memoryd"))
+
+
+class Settings(BaseSettings):
+    """All of memoryd's configuration. Every field maps to ``MEMORYD_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORYD_", extra="ignore", frozen=True)
+
+    # --- where things are ---------------------------------------------------
+    database_url: str | None = Field(
+        None, description="PostgreSQL (with pgvector) URL; unset = embedded PostgreSQL")
+    broker_url: str | None = Field(
+        None, description="Celery broker (Redis) URL; unset = the one `memoryd up` started")
+    result_backend: str | None = Field(None, description="Celery result backend; unset = broker")
+    data_dir: Path = Field(default_factory=default_data_dir,
+                           description="Where the embedded PostgreSQL and Redis keep their data")
+    embedded_pg_port: int | None = Field(None, ge=1024, le=65535,
+                                         description="Port of the embedded PostgreSQL")
+    embedded_redis_port: int | None = Field(None, ge=1024, le=65535,
+                                            description="Port of the embedded Redis")
+    timezone: str = Field("UTC", description="Timezone of the schedule")
+
+    # --- limits -------------------------------------------------------------
+    max_content_bytes: int = Field(512 * 1024, gt=0, description="Largest memory content")
+    db_pool_size: int = Field(5, ge=1, le=100)
+    statement_timeout_ms: int = Field(60_000, ge=100, description="Per-statement timeout")
+
+    # --- recall ---------------------------------------------------------------
+    weight_semantic: float = Field(0.50, ge=0)
+    weight_keyword: float = Field(0.25, ge=0)
+    weight_recency: float = Field(0.10, ge=0)
+    weight_importance: float = Field(0.10, ge=0)
+    weight_confidence: float = Field(0.05, ge=0)
+    recall_fusion: Literal["weighted", "rrf"] = "weighted"
+    recall_exact_threshold: int = Field(
+        20_000, ge=0, description="Agents with at most this many memories get exact kNN")
+    hnsw_ef_search: int = Field(100, ge=10, le=1000)
+
+    # --- LLM and embeddings ---------------------------------------------------
+    anthropic_api_key: SecretStr | None = Field(None, description="Enables the Anthropic LLM")
+    llm_model: str = "claude-haiku-4-5"
+    llm_timeout_s: float = Field(30.0, gt=0)
+    embedder: Literal["minilm"] = "minilm"
+    embed_threads: int = Field(0, ge=0, description="onnxruntime threads; 0 = all cores")
+
+    # --- worker -----------------------------------------------------------------
+    task_soft_time_limit_s: int = Field(240, gt=0)
+    task_time_limit_s: int = Field(300, gt=0)
+    visibility_timeout_s: int = Field(600, gt=0)
+    result_expires_s: int = Field(3600, gt=0)
+    maintenance_batch_size: int = Field(5000, ge=1)
+    maintenance_time_budget_s: float = Field(120.0, gt=0)
+
+    # --- schedule overrides: a cron string, or "off" -------------------------------
+    schedule_consolidate: str | None = None
+    schedule_evict: str | None = None
+    schedule_expire: str | None = None
+    schedule_deduplicate: str | None = None
+    schedule_summarize: str | None = None
+    schedule_cortex: str | None = None
+    schedule_compact_sessions: str | None = None
+    schedule_repair_sessions: str | None = None
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown timezone {value!r}") from exc
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql", "postgres://")):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _check_schedule_and_limits(self) -> Settings:
+        from memoryd.schedules.cron import validate_cron
+
+        for job in JOBS:
+            value = getattr(self, f"schedule_{job}")
+            if value is not None and value.strip().lower() != "off":
+                validate_cron(value, f"MEMORYD_SCHEDULE_{job.upper()}")
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        return self
+
+    def weights(self) -> dict[str, float]:
+        return {
+            "semantic": self.weight_semantic,
+            "keyword": self.weight_keyword,
+            "recency": self.weight_recency,
+            "importance": self.weight_importance,
+            "confidence": self.weight_confidence,
+        }
+
+    def runtime_file(self) -> Path:
+        """Where `memoryd up` records the URLs of the services it started."""
+        return self.data_dir / "runtime.json"
+
+    def resolved_broker_url(self) -> str:
+        """The broker: configured, else the one `memoryd up` started, else local Redis."""
+        if self.broker_url:
+            return self.broker_url
+        return str(self._runtime().get("broker_url", "redis://127.0.0.1:6379/0"))
+
+    def resolved_result_backend(self) -> str:
+        return self.result_backend or self.resolved_broker_url()
+
+    def _runtime(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.runtime_file().read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def _load() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"MEMORYD_{'_'.join(str(p) for p in err['loc']).upper() or 'SETTINGS'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid memoryd configuration: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, validated once."""
+    return _load()
+
+
+def reset_settings() -> None:
+    """Forget the cached settings (tests, or after changing the environment)."""
+    get_settings.cache_clear()
+
+
+@contextmanager
+def override_settings(**env: str | None) -> Iterator[Settings]:
+    """Temporarily set ``MEMORYD_*`` variables and reload the settings."""
+    saved = {k: os.environ.get(f"MEMORYD_{k.upper()}") for k in env}
+    try:
+        for key, value in env.items():
+            _set_env(f"MEMORYD_{key.upper()}", value)
+        reset_settings()
+        yield get_settings()
+    finally:
+        for key, value in saved.items():
+            _set_env(f"MEMORYD_{key.upper()}", value)
+        reset_settings()
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value

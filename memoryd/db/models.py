@@ -1,0 +1,158 @@
+"""The PostgreSQL schema as SQLAlchemy 2.x models.
+
+The Alembic migrations in ``memoryd/db/migrations`` are the source of truth
+for DDL (extensions, generated columns, HNSW/GIN indexes); these models mirror
+them for typed queries. ``tests/test_migrations.py`` checks the two agree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+EMBEDDING_DIM = 384
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class MemoryRow(Base):
+    __tablename__ = "memories"
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()"))
+    agent_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    role: Mapped[str | None] = mapped_column(String(16))
+    session_id: Mapped[str | None] = mapped_column(String(512))
+    key: Mapped[str | None] = mapped_column(String(512))
+    category: Mapped[str] = mapped_column(String(32), nullable=False)
+    tags: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'::text[]"))
+    source: Mapped[str | None] = mapped_column(String(512))
+    meta: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb"))
+    importance: Mapped[float] = mapped_column(Float, nullable=False)
+    confidence: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("1.0"))
+    pinned: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    access_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    last_accessed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, nullable=True)
+
+    __table_args__ = (
+        Index("uq_memories_agent_hash", "agent_id", "content_hash", unique=True),
+        Index("uq_memories_agent_key", "agent_id", "key", unique=True,
+              postgresql_where=text("key IS NOT NULL")),
+        Index("ix_memories_agent_created", "agent_id", "created_at"),
+        Index("ix_memories_agent_accessed", "agent_id", "last_accessed_at"),
+    )
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    # Ordered message references: [{"id": uuid, "role": str|None, "ts": iso8601}, ...]
+    messages: Mapped[list[dict[str, Any]]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb"))
+    message_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    summary: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    compacted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    consolidated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    repaired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class EntityRow(Base):
+    __tablename__ = "kg_entities"
+
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    entity_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    type: Mapped[str] = mapped_column(String(128), nullable=False)
+    attributes: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class RelationRow(Base):
+    __tablename__ = "kg_relations"
+
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    source: Mapped[str] = mapped_column(String(512), primary_key=True)
+    target: Mapped[str] = mapped_column(String(512), primary_key=True)
+    type: Mapped[str] = mapped_column(String(256), primary_key=True)
+    created_at: Mapped[datetime] = _now()
+
+
+class LinkRow(Base):
+    __tablename__ = "memory_links"
+
+    agent_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    source_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    target_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    score: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("1.0"))
+    created_at: Mapped[datetime] = _now()
+
+
+class MaintenanceRunRow(Base):
+    __tablename__ = "maintenance_runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(64), nullable=False)
+    agent_id: Mapped[str | None] = mapped_column(String(255))
+    params: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb"))
+    dry_run: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
+    status: Mapped[str] = mapped_column(String(16), nullable=False)  # running/ok/failed/skipped
+    started_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stats: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb"))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class EvictedMemoryRow(Base):
+    __tablename__ = "evicted_memories"
+
+    eviction_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    agent_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    reason: Mapped[str] = mapped_column(String(64), nullable=False)
+    run_id: Mapped[int | None] = mapped_column(BigInteger)
+    evicted_at: Mapped[datetime] = _now()
+    # The memory row as JSON (every column but the embedding and tsvector).
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM))

@@ -1,0 +1,1 @@
+"""Embedded services for the zero-configuration default: PostgreSQL and Redis."""

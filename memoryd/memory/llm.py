@@ -1,0 +1,487 @@
+"""The LLM layer: Anthropic when a key is configured, a deterministic extractive fallback otherwise.
+
+memoryd must keep working (and stay testable) without network access or an API key, so
+every maintenance job talks to an ``LLM`` protocol and the prompt helpers below fall back
+to plain extractive functions when ``get_llm()`` returned ``ExtractiveLLM``. Errors from
+the Anthropic SDK are translated into memoryd's own types: ``LLMUnavailable`` (transient,
+the Celery task retries after ``retry_after``) or ``LLMError`` (permanent). The API key is
+never part of a message, a repr, or an exception chain.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from memoryd.errors import LLMError, LLMUnavailable
+
+if TYPE_CHECKING:
+    import anthropic
+
+    from memoryd.config import Settings
+
+__all__ = [
+    "LLM",
+    "AnthropicLLM",
+    "ExtractiveLLM",
+    "extract_facts",
+    "extract_facts_by_pattern",
+    "extractive_summary",
+    "get_llm",
+    "is_fallback",
+    "key_terms",
+    "rerank",
+    "session_gist",
+    "set_llm",
+    "split_sentences",
+    "summarize",
+]
+
+CHARS_PER_TOKEN = 4  # rough English average; only used to size budgets
+KEY_TERMS = 5
+GIST_MAX_CHARS = 300
+_PROMPT_BUDGET = 48_000  # characters of source text per prompt: bounds cost and latency
+_ITEM_BUDGET = 2_000  # characters per item, so one huge memory cannot crowd out the rest
+_ERROR_DETAIL_CHARS = 300
+
+_STOPWORDS = frozenset("""
+    about above across after again against almost alone along already also although always
+    among another anyone anything anyway anywhere around aren because been before behind
+    being below beside besides between beyond both cannot could couldn didn does doesn doing
+    done down during each either else enough even ever every everyone everything except
+    few from further gets give given goes going gone gonna got gotta great hadn hasn have
+    haven having he'd he'll hello hence here hers herself himself into itself just know
+    last least less like likely made make many maybe might mine more most mostly much must
+    myself near need needs neither never next none nothing okay once only onto other others
+    otherwise ours ourselves over own perhaps please quite rather really said same says
+    seem seemed seems shall shan she'd should shouldn since some someone something sometimes
+    somewhat soon still such sure take than thank thanks that thats their theirs them
+    themselves then there therefore these they thing things think this those though three
+    through thus together told took toward towards under unless until upon used using very
+    want wants wasn well went were weren what whatever when whenever where whereas wherever
+    whether which while whom whose will with within without won't would wouldn yeah year
+    years your yours yourself yourselves
+""".split())
+
+_WORD = re.compile(r"[^\W\d_]{4,}")
+_SENTENCE = re.compile(r"[^.!?\n]*[.!?]+|[^.!?\n]+")
+_SPACES = re.compile(r"\s+")
+_LEADING_JUNK = re.compile(r"^(?:[-*•>#]+\s*|\(?\d{1,3}[.):]\s+)+")
+_PREFERENCE = re.compile(r"\b(?:i\s+(?:like|prefer|enjoy)|my\s+favou?rite)\b", re.IGNORECASE)
+_FACT = re.compile(
+    r"\b(?:i\s+am|i['’]m|my\s+name\s+is|i\s+work\s+(?:at|as)|i\s+live\s+in)\b", re.IGNORECASE)
+_INDEX_RUN = re.compile(r"\d+(?:\s*(?:,|>|;|\s)\s*\d+)*")
+_DIGITS = re.compile(r"\d+")
+_KEY_SHAPE = re.compile(r"sk-ant-[A-Za-z0-9_\-]+")
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """Anything that turns a system prompt and a user prompt into text."""
+
+    name: str
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        """The model's reply; raises ``LLMUnavailable`` (transient) or ``LLMError``."""
+        ...
+
+
+# --- Anthropic ------------------------------------------------------------------------------
+
+
+class AnthropicLLM:
+    """Claude through the official SDK, with SDK retries off by default.
+
+    Retries are off (``max_retries=0``) because a Celery task retrying on
+    ``LLMUnavailable`` respects the server's ``retry-after`` without holding a worker.
+    """
+
+    def __init__(self, api_key: str, model: str, timeout_s: float, max_retries: int = 0) -> None:
+        import anthropic
+
+        if not api_key.strip():
+            raise LLMError("anthropic: empty API key")
+        self.name = f"anthropic:{model}"
+        self.model = model
+        self._secret = api_key  # kept only to scrub it from error text
+        self._client = anthropic.Anthropic(
+            api_key=api_key, timeout=timeout_s, max_retries=max_retries)
+
+    def __repr__(self) -> str:
+        return f"AnthropicLLM(model={self.model!r})"
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        import anthropic
+
+        try:
+            message = self._client.messages.create(
+                model=self.model,
+                max_tokens=max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": prompt}],
+            )
+        except anthropic.AnthropicError as exc:
+            # ``from None``: the SDK error holds the request, whose headers carry the key.
+            raise self._translate(exc) from None
+        return "".join(block.text for block in message.content if block.type == "text")
+
+    def _translate(self, exc: anthropic.AnthropicError) -> LLMError:
+        """memoryd's error for an SDK error: transient ones become ``LLMUnavailable``."""
+        import anthropic
+
+        message = self._describe(exc)
+        transient = (anthropic.RateLimitError, anthropic.InternalServerError,
+                     anthropic.APIConnectionError)  # APITimeoutError is an APIConnectionError
+        if isinstance(exc, transient):
+            return LLMUnavailable(message, retry_after=_retry_after(exc))
+        return LLMError(message)
+
+    def _describe(self, exc: anthropic.AnthropicError) -> str:
+        """A short, key-free description: class, status, request id, API message."""
+        import anthropic
+
+        parts = [f"anthropic {type(exc).__name__}"]
+        detail = str(exc)
+        if isinstance(exc, anthropic.APIStatusError):
+            parts.append(f"HTTP {exc.status_code}")
+            if exc.request_id:
+                parts.append(f"request {exc.request_id}")
+            detail = exc.api_message or exc.message
+        text = f"{', '.join(parts)}: {_clip(detail, _ERROR_DETAIL_CHARS)}"
+        return _scrub(text, self._secret)
+
+
+def _scrub(text: str, secret: str) -> str:
+    """Remove the key (and anything shaped like an Anthropic key) from ``text``."""
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    return _KEY_SHAPE.sub("[redacted]", text)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    millis = _as_seconds(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    raw = headers.get("retry-after")
+    seconds = _as_seconds(raw)
+    if seconds is not None or raw is None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _as_seconds(raw: str | None) -> float | None:
+    """A non-negative finite float, or None when ``raw`` is not one."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None
+    return value if 0 <= value < float("inf") else None
+
+
+# --- the extractive fallback ------------------------------------------------------------------
+
+
+class ExtractiveLLM:
+    """No network, no randomness: leading sentences plus a "Key terms:" line.
+
+    Used when no API key is configured, so summaries degrade to something useful
+    (and reproducible in tests) instead of failing.
+    """
+
+    name = "extractive"
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        """An extractive summary of ``prompt``; ``system`` is ignored (nothing to instruct)."""
+        del system
+        return extractive_summary([prompt], max_chars=max(1, max_tokens) * CHARS_PER_TOKEN)
+
+    def __repr__(self) -> str:
+        return "ExtractiveLLM()"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text``, split on . ! ? and newlines, whitespace-collapsed."""
+    out = []
+    for raw in _SENTENCE.findall(text):
+        sentence = _clean(raw)
+        if any(ch.isalnum() for ch in sentence):
+            out.append(sentence)
+    return out
+
+
+def key_terms(texts: Iterable[str], limit: int = KEY_TERMS) -> list[str]:
+    """The most frequent salient words (4+ letters, not stopwords); ties alphabetical."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [term for term, _ in ranked[:max(0, limit)]]
+
+
+def extractive_summary(texts: Sequence[str], max_chars: int = 600) -> str:
+    """Leading distinct sentences plus a final "Key terms: ..." line, at most ``max_chars``.
+
+    The key-terms line keeps the words keyword recall needs even when the leading
+    sentences are about something else; it is dropped only if it would not fit.
+    """
+    if max_chars < 1:
+        raise ValueError("max_chars must be positive")
+    terms = key_terms(texts)
+    terms_line = f"Key terms: {', '.join(terms)}" if terms else ""
+    body_budget = max_chars - len(terms_line) - 1 if terms_line else max_chars
+    if terms_line and body_budget < min(80, max_chars // 2):
+        terms_line, body_budget = "", max_chars
+    body = _leading_sentences(texts, body_budget)
+    return "\n".join(part for part in (body, terms_line) if part)
+
+
+def _leading_sentences(texts: Iterable[str], max_chars: int, max_sentences: int = 0) -> str:
+    """Distinct sentences in order, joined by spaces, within ``max_chars``.
+
+    The first sentence is clipped at a word boundary rather than dropped, so a
+    single long paragraph still yields a summary.
+    """
+    chosen: list[str] = []
+    length = 0
+    for sentence in _distinct(s for text in texts for s in split_sentences(text)):
+        extra = len(sentence) + (1 if chosen else 0)
+        if length + extra > max_chars:
+            if not chosen:
+                chosen.append(_clip(sentence, max_chars))
+            break
+        chosen.append(sentence)
+        length += extra
+        if max_sentences and len(chosen) >= max_sentences:
+            break
+    return " ".join(chosen)
+
+
+def extract_facts_by_pattern(texts: Sequence[str], limit: int = 3) -> list[str]:
+    """First-person preference and fact sentences ("I prefer ...", "I live in ...").
+
+    Questions are skipped: "Do you know what I like?" states nothing.
+    """
+    if limit < 1:
+        return []
+    hits = (
+        sentence
+        for text in texts
+        for sentence in split_sentences(text)
+        if not sentence.endswith("?") and (_PREFERENCE.search(sentence) or _FACT.search(sentence))
+    )
+    return _distinct(hits, limit)
+
+
+# --- choosing the LLM -------------------------------------------------------------------------
+
+_override: LLM | None = None
+_override_lock = threading.Lock()
+
+
+def set_llm(llm: LLM | None) -> None:
+    """Make ``get_llm`` return ``llm`` in this process (tests); ``None`` resets."""
+    global _override  # noqa: PLW0603 - named, resettable process global
+    with _override_lock:
+        _override = llm
+
+
+def get_llm(settings: Settings | None = None) -> LLM:
+    """The override if set, else Anthropic when a key is configured, else ``ExtractiveLLM``.
+
+    Not cached: settings can change between calls (tests), and a job calls this once
+    per run, so building a client each time costs little.
+    """
+    with _override_lock:
+        if _override is not None:
+            return _override
+    if settings is None:
+        from memoryd.config import get_settings
+
+        settings = get_settings()
+    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
+    if not key.strip():
+        return ExtractiveLLM()
+    return AnthropicLLM(key, settings.llm_model, settings.llm_timeout_s)
+
+
+def is_fallback(llm: LLM) -> bool:
+    """True when ``llm`` is the offline extractive fallback (for job stats)."""
+    return isinstance(llm, ExtractiveLLM)
+
+
+# --- prompt helpers -------------------------------------------------------------------------
+
+_SUMMARY_SYSTEM = (
+    "You condense an AI agent's long-term memories into one faithful summary. Keep concrete "
+    "facts: names, numbers, dates, preferences, decisions. Never invent anything. Reply with "
+    "the summary text only, no preamble.")
+_FACTS_SYSTEM = (
+    "You extract durable facts about the user from a conversation: preferences, identity, "
+    "work, location, relationships, plans. Each fact is one short self-contained sentence. "
+    "Reply with at most {limit} facts, one per line, nothing else. If there are none, reply "
+    "NONE.")
+_GIST_SYSTEM = (
+    "You describe what a conversation was about in one or two sentences, for a session "
+    "index. Reply with those sentences only.")
+_RERANK_SYSTEM = (
+    "You rank candidate memories by how relevant they are to a query. Reply with every "
+    "candidate index, most relevant first, comma-separated (for example: 2,0,1). No other "
+    "text.")
+
+
+def summarize(llm: LLM, texts: Sequence[str], max_chars: int = 600) -> str:
+    """A summary of ``texts`` of at most ``max_chars``; "" when there is nothing to say."""
+    if not any(t.strip() for t in texts):
+        return ""
+    if is_fallback(llm):
+        return extractive_summary(texts, max_chars)
+    prompt = (f"Summarize these {len(texts)} memories in at most {max_chars} characters.\n\n"
+              f"{_numbered(texts)}")
+    reply = _clean_block(llm.complete(_SUMMARY_SYSTEM, prompt, _tokens_for(max_chars)))
+    if not reply:
+        raise LLMError(f"{llm.name}: empty summary")
+    return _clip(reply, max_chars)
+
+
+def extract_facts(llm: LLM, messages: Sequence[str], limit: int = 3) -> list[str]:
+    """At most ``limit`` durable facts stated in ``messages``, one sentence each."""
+    if limit < 1 or not any(m.strip() for m in messages):
+        return []
+    if is_fallback(llm):
+        return extract_facts_by_pattern(messages, limit)
+    prompt = f"Conversation:\n\n{_numbered(messages)}"
+    reply = llm.complete(_FACTS_SYSTEM.format(limit=limit), prompt, 64 * limit)
+    return parse_fact_lines(reply, limit)
+
+
+def parse_fact_lines(reply: str, limit: int) -> list[str]:
+    """Facts from a one-per-line reply: bullets and numbering stripped, "NONE" and
+    preamble lines ("Here are the facts:") dropped, duplicates removed."""
+    facts = []
+    for line in reply.splitlines():
+        fact = _LEADING_JUNK.sub("", _clean(line)).strip().strip('"').strip()
+        if not fact or fact.endswith(":") or fact.rstrip(".").upper() == "NONE":
+            continue
+        facts.append(fact)
+    return _distinct(facts, limit)
+
+
+def session_gist(llm: LLM, messages: Sequence[str]) -> str:
+    """One or two sentences saying what a session was about; "" for an empty session."""
+    if not any(m.strip() for m in messages):
+        return ""
+    if is_fallback(llm):
+        return _leading_sentences(messages, GIST_MAX_CHARS, max_sentences=2)
+    prompt = f"Conversation:\n\n{_numbered(messages)}"
+    reply = _clean(llm.complete(_GIST_SYSTEM, prompt, _tokens_for(GIST_MAX_CHARS)))
+    if not reply:
+        raise LLMError(f"{llm.name}: empty session gist")
+    return _clip(reply, GIST_MAX_CHARS * 2)
+
+
+def rerank(llm: LLM, query: str, candidates: Sequence[str]) -> list[int]:
+    """A permutation of ``range(len(candidates))``, most relevant first.
+
+    The fallback keeps the given order: recall's fusion already has a keyword score,
+    so a lexical re-sort here would only count it twice. Raises ``LLMError`` when the
+    reply contains no usable ranking.
+    """
+    if len(candidates) < 2 or is_fallback(llm):
+        return list(range(len(candidates)))
+    listing = "\n".join(f"[{i}] {_clip(_clean(c), 500)}" for i, c in enumerate(candidates))
+    prompt = f"Query: {_clean(query)}\n\nCandidates:\n{listing}"
+    reply = llm.complete(_RERANK_SYSTEM, prompt, 8 + 4 * len(candidates))
+    return parse_ranking(reply, len(candidates), llm.name)
+
+
+def parse_ranking(reply: str, count: int, source: str = "llm") -> list[int]:
+    """The longest run of indices in ``reply`` ("2, 0, 1", "[2,0,1]", "2 > 0 > 1"),
+    de-duplicated, with unmentioned indices appended in their original order."""
+    runs = _INDEX_RUN.findall(reply)
+    if not runs:
+        raise LLMError(f"{source}: no ranking in reply {_clip(reply, 80)!r}")
+    best = max(runs, key=lambda run: len(_DIGITS.findall(run)))
+    indices = [int(n) for n in _DIGITS.findall(best)]
+    if any(i >= count for i in indices):
+        raise LLMError(f"{source}: ranking index out of range in {_clip(reply, 80)!r}")
+    ranked = list(dict.fromkeys(indices))
+    mentioned = set(ranked)
+    return ranked + [i for i in range(count) if i not in mentioned]
+
+
+# --- small text utilities ---------------------------------------------------------------------
+
+
+def _clean(text: str) -> str:
+    """Whitespace collapsed to single spaces, ends stripped."""
+    return _SPACES.sub(" ", text).strip()
+
+
+def _clean_block(text: str) -> str:
+    """Like ``_clean`` but keeps paragraph breaks, for multi-line summaries."""
+    lines = (_clean(line) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
+
+
+def _clip(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` at a word boundary, with an ellipsis when cut."""
+    if len(text) <= max_chars:
+        return text
+    if max_chars <= 1:
+        return text[:max_chars]
+    cut = text[:max_chars - 1]
+    space = cut.rfind(" ")
+    if space > max_chars // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def _distinct(items: Iterable[str], limit: int = 0) -> list[str]:
+    """Items in first-seen order, duplicates (case-insensitive) dropped, at most ``limit``."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in items:
+        key = item.casefold()
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(item)
+        if limit and len(out) >= limit:
+            break
+    return out
+
+
+def _numbered(texts: Sequence[str]) -> str:
+    """Texts as "1. ..." lines, each clipped, the whole within the prompt budget."""
+    lines: list[str] = []
+    used = 0
+    for number, text in enumerate(texts, start=1):
+        line = f"{number}. {_clip(_clean(text), _ITEM_BUDGET)}"
+        if lines and used + len(line) > _PROMPT_BUDGET:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)
+
+
+def _tokens_for(max_chars: int) -> int:
+    """A ``max_tokens`` that lets a reply of ``max_chars`` finish, with some slack."""
+    return max(32, max_chars // CHARS_PER_TOKEN + 32)

@@ -1,0 +1,141 @@
+"""Hybrid recall: candidates from the HNSW vector index and the (agent, tsvector)
+GIN index, scored in Python (see ``scoring``).
+
+Two plans for the vector side, by the agent's size:
+- small agents (<= ``recall_exact_threshold`` memories): exact kNN over the
+  agent's rows, reached through the (agent_id, ...) btree. A filtered HNSW scan
+  at 0.1 % selectivity would walk most of the graph to find a handful of rows.
+- large agents: the HNSW index with pgvector's iterative scan, which keeps
+  scanning until enough rows pass the agent filter.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from memoryd.memory.rows import select_list
+from memoryd.memory.scoring import Candidate
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_MAX_TERMS = 32
+SIZE_CACHE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Filters:
+    category: str | None = None
+    tags: tuple[str, ...] = ()
+    session_id: str | None = None
+    include_archived: bool = False
+
+    def sql(self) -> str:
+        clauses = ["(m.expires_at IS NULL OR m.expires_at > now())"]
+        if not self.include_archived:
+            clauses.append("m.archived_at IS NULL")
+        if self.category:
+            clauses.append("m.category = :category")
+        if self.tags:
+            clauses.append("m.tags @> CAST(:tags AS text[])")
+        if self.session_id:
+            clauses.append("m.session_id = :session_id")
+        return " AND ".join(clauses)
+
+    def params(self) -> dict[str, Any]:
+        return {"category": self.category, "tags": list(self.tags),
+                "session_id": self.session_id}
+
+
+def tsquery_text(query: str) -> str | None:
+    """An OR of prefix terms for ``to_tsquery``; words only, so no query syntax leaks in."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    unique = list(dict.fromkeys(w for w in words if len(w) > 1))[:_MAX_TERMS]
+    if not unique:
+        return None
+    return " | ".join(f"{w}:*" for w in unique)
+
+
+@dataclass
+class AgentSizeCache:
+    """Per-process memo of "is this agent large?", so recall does not count every time."""
+
+    threshold: int
+    _seen: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def is_large(self, session: Session, agent_id: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._seen.get(agent_id)
+        if hit and now - hit[0] < SIZE_CACHE_SECONDS:
+            return hit[1]
+        # Counting stops at threshold + 1 rows: cheap for every agent size.
+        count = session.execute(text(
+            "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
+            {"a": agent_id, "n": self.threshold + 1}).scalar_one()
+        large = count > self.threshold
+        with self._lock:
+            if len(self._seen) > 100_000:
+                self._seen.clear()
+            self._seen[agent_id] = (now, large)
+        return large
+
+
+def candidates(session: Session, agent_id: str, query_vector: str, query: str,
+               filters: Filters, per_retriever: int, *, large_agent: bool,
+               ef_search: int) -> list[Candidate]:
+    """Up to ``per_retriever`` candidates from each index, merged, with raw components."""
+    tsq = tsquery_text(query)
+    if large_agent:
+        session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
+    distance = "m.embedding <=> CAST(:qv AS vector)"
+    order = distance if large_agent else f"({distance}) + 0"
+    keyword_cte = """
+        , kw AS (
+            SELECT m.id, ts_rank_cd(m.tsv, q.q, 32) AS rank,
+                   row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q.q, 32) DESC) AS pos
+            FROM memories m, q
+            WHERE m.agent_id = :agent_id AND m.tsv @@ q.q AND {filters}
+            ORDER BY rank DESC LIMIT :k)
+    """.format(filters=filters.sql()) if tsq else ", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos WHERE false)"
+    sql = f"""
+        WITH q AS (SELECT to_tsquery('english', :tsq) AS q),
+        vec AS (
+            SELECT m.id, row_number() OVER () AS pos
+            FROM (SELECT m.id FROM memories m
+                  WHERE m.agent_id = :agent_id AND {filters.sql()}
+                  ORDER BY {order} LIMIT :k) m)
+        {keyword_cte}
+        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)) AS semantic,
+               coalesce(kw.rank, 0) AS keyword_raw, vec.pos AS vector_rank, kw.pos AS keyword_rank
+        FROM (SELECT id FROM vec UNION SELECT id FROM kw) c
+        JOIN memories m ON m.id = c.id AND m.agent_id = :agent_id
+        LEFT JOIN vec ON vec.id = c.id
+        LEFT JOIN kw ON kw.id = c.id
+    """
+    params = {"agent_id": agent_id, "qv": query_vector, "tsq": tsq or "", "k": per_retriever,
+              **filters.params()}
+    rows = session.execute(text(sql), params).mappings().all()
+    return [
+        Candidate(row=row, semantic=float(row["semantic"]),
+                  keyword_raw=float(row["keyword_raw"]),
+                  vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"])
+        for row in rows
+    ]
+
+
+def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
+    """Count an access for each returned memory."""
+    if ids:
+        session.execute(text("""
+            UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
+            WHERE agent_id = :agent_id AND id = ANY(:ids)
+        """), {"agent_id": agent_id, "ids": ids})

@@ -1,0 +1,63 @@
+"""Recall scoring: the weighted blend of components, or reciprocal-rank fusion.
+
+Kept in plain Python over a few dozen candidates so the rules are testable
+with a fixed clock; the database only produces candidates and raw components.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from memoryd.memory.classify import HALF_LIFE_DAYS
+from memoryd.types import ScoreComponents
+
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Candidate:
+    row: Mapping[str, object]
+    semantic: float          # cosine similarity, clipped to 0..1
+    keyword_raw: float       # ts_rank_cd, unnormalized
+    vector_rank: int | None  # 1-based rank among vector candidates
+    keyword_rank: int | None
+
+
+def recency(created_at: datetime, category: str, now: datetime) -> float:
+    """0.5 ** (age_days / half_life); decisions (no half-life) never decay."""
+    half_life = HALF_LIFE_DAYS.get(category)
+    if half_life is None:
+        return 1.0
+    age_days = max(0.0, (now - created_at).total_seconds() / 86400.0)
+    return float(0.5 ** (age_days / half_life))
+
+
+def components(candidates: Sequence[Candidate], now: datetime) -> list[ScoreComponents]:
+    """Each candidate's components; keyword is normalized by the best keyword match."""
+    best_keyword = max((c.keyword_raw for c in candidates), default=0.0)
+    return [
+        ScoreComponents(
+            semantic=max(0.0, min(1.0, c.semantic)),
+            keyword=(c.keyword_raw / best_keyword) if best_keyword > 0 else 0.0,
+            recency=recency(c.row["created_at"], str(c.row["category"]), now),  # type: ignore[arg-type]
+            importance=float(c.row["importance"]),  # type: ignore[arg-type]
+            confidence=float(c.row["confidence"]),  # type: ignore[arg-type]
+        )
+        for c in candidates
+    ]
+
+
+def weighted(parts: ScoreComponents, weights: Mapping[str, float]) -> float:
+    return sum(weights[name] * getattr(parts, name) for name in weights)
+
+
+def rrf(candidate: Candidate, parts: ScoreComponents, weights: Mapping[str, float]) -> float:
+    """Reciprocal-rank fusion of the two retrievers, plus the weighted priors."""
+    fused = sum(1.0 / (RRF_K + rank) for rank in (candidate.vector_rank, candidate.keyword_rank)
+                if rank is not None)
+    priors = sum(weights[name] * getattr(parts, name)
+                 for name in ("recency", "importance", "confidence"))
+    # Scale the fused term to 0..1 (two first places = 2/(k+1)) so priors stay comparable.
+    return fused * (RRF_K + 1) / 2 * (weights["semantic"] + weights["keyword"]) + priors

@@ -1,0 +1,304 @@
+"""``MemoryStore``: the in-process API over PostgreSQL. The worker and the
+scheduler wrap it; agents that embed memoryd as a library call it directly."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+from memoryd import validation as check
+from memoryd.config import Settings, get_settings
+from memoryd.db import migrate as migrations
+from memoryd.db.engine import make_engine, session_scope
+from memoryd.errors import LLMError, NotFound, ValidationError
+from memoryd.memory import graph, recall, scoring, sessions, writes
+from memoryd.memory.embeddings import Embedder, get_embedder, to_pgvector
+from memoryd.memory.rows import select_list, to_memory
+from memoryd.types import (
+    Entity,
+    Memory,
+    Page,
+    Recalled,
+    RecallMode,
+    Related,
+    SessionInfo,
+    StoreItem,
+    StoreResult,
+)
+
+log = structlog.get_logger(__name__)
+
+CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
+
+
+def parse_memory_id(value: object) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise ValidationError("memory_id", f"is not a UUID: {value!r}") from None
+
+
+class MemoryStore:
+    """Memories, sessions and a knowledge graph per agent, in one PostgreSQL database."""
+
+    def __init__(self, database_url: str | None = None, *, engine: Engine | None = None,
+                 embedder: Embedder | None = None, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        if engine is None:
+            from memoryd.db.engine import database_url as configured_url
+
+            engine = make_engine(database_url or configured_url())
+        self.engine = engine
+        self._embedder = embedder
+        self._sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
+        self._embedded: Any = None
+
+    @classmethod
+    def embedded(cls, data_dir: str | Path | None = None, **kwargs: Any) -> MemoryStore:
+        """A store on the embedded PostgreSQL (started, or reused if already running)."""
+        from memoryd.embedded.postgres import EmbeddedPostgres
+
+        server = (EmbeddedPostgres(Path(data_dir)) if data_dir is not None
+                  else EmbeddedPostgres.from_settings())
+        store = cls(server.ensure_running(), **kwargs)
+        store._embedded = server
+        return store
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = get_embedder()
+        return self._embedder
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (idempotent, safe concurrently)."""
+        migrations.upgrade(self.engine)
+
+    def close(self) -> None:
+        """Release connections; stop the embedded server if this store started it."""
+        self.engine.dispose()
+        if self._embedded is not None and self._embedded.started_here:
+            self._embedded.stop()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with session_scope(self.engine) as session:
+            yield session
+
+    # --- writing ----------------------------------------------------------------
+    def store(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
+        """Store one memory; an identical content for this agent is a duplicate."""
+        return self.store_many(agent_id, [{"content": content, **fields}])[0]
+
+    def store_many(self, agent_id: str,
+                   items: Iterable[StoreItem | Mapping[str, Any]]) -> list[StoreResult]:
+        """Store several memories: one embedding batch, one transaction."""
+        agent = check.agent_id(agent_id)
+        checked = check.store_items(items, self.settings.max_content_bytes)
+        vectors = self.embedder.embed([item.content for item in checked])  # outside the txn
+        rows = writes.prepare(agent, checked, vectors)
+        with self.session() as session:
+            return writes.write(session, rows)
+
+    # --- reading ------------------------------------------------------------------
+    def recall(self, agent_id: str, query: str, *, limit: int = 10,
+               category: str | None = None, tags: Iterable[str] | None = None,
+               session_id: str | None = None, include_archived: bool = False,
+               mode: RecallMode = "fast") -> list[Recalled]:
+        """The agent's memories most relevant to ``query``, best first."""
+        agent = check.agent_id(agent_id)
+        text_query = check.query(query)
+        check.limit(limit)
+        if mode not in ("fast", "deep"):
+            raise ValidationError("mode", f"must be 'fast' or 'deep', got {mode!r}")
+        filters = recall.Filters(category=check.category(category), tags=check.tags(tags),
+                                 session_id=check.short_text("session_id", session_id),
+                                 include_archived=bool(include_archived))
+        vector = to_pgvector(self.embedder.embed([text_query])[0])
+        with self.session() as session:
+            found = recall.candidates(
+                session, agent, vector, text_query, filters, CANDIDATE_FACTOR * limit,
+                large_agent=self._sizes.is_large(session, agent),
+                ef_search=max(self.settings.hnsw_ef_search, CANDIDATE_FACTOR * limit))
+            ranked = self._rank(found)
+            if mode == "deep":
+                ranked = self._rerank(text_query, ranked)
+            ranked = ranked[:limit]
+            recall.touch(session, agent, [hit.memory.id for hit in ranked])
+        return ranked
+
+    def _rank(self, found: list[scoring.Candidate]) -> list[Recalled]:
+        now = datetime.now(UTC)
+        parts = scoring.components(found, now)
+        weights = self.settings.weights()
+        use_rrf = self.settings.recall_fusion == "rrf"
+        hits = [
+            Recalled(memory=to_memory(c.row), components=p,
+                     score=round(scoring.rrf(c, p, weights) if use_rrf
+                                 else scoring.weighted(p, weights), 6))
+            for c, p in zip(found, parts, strict=True)
+        ]
+        hits.sort(key=lambda hit: (-hit.score, str(hit.memory.id)))
+        return hits
+
+    def _rerank(self, query: str, ranked: list[Recalled]) -> list[Recalled]:
+        """Deep mode: let the LLM order the fast candidates; fall back on any failure."""
+        from memoryd.memory import llm as llm_mod
+
+        model = llm_mod.get_llm()
+        if llm_mod.is_fallback(model) or not ranked:
+            log.warning("recall.deep_fallback", reason="no LLM configured")
+            return ranked
+        try:
+            order = llm_mod.rerank(model, query, [hit.memory.content for hit in ranked])
+        except LLMError as exc:
+            log.warning("recall.deep_fallback", reason=type(exc).__name__)
+            return ranked
+        picked = [ranked[i] for i in dict.fromkeys(order) if 0 <= i < len(ranked)]
+        return picked + [hit for hit in ranked if hit not in picked]
+
+    def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
+        agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
+        with self.session() as session:
+            row = session.execute(text(
+                f"SELECT {select_list()} FROM memories m WHERE m.agent_id = :a AND m.id = :id"),
+                {"a": agent, "id": mid}).mappings().first()
+        if row is None:
+            raise NotFound(f"memory {mid} not found for this agent")
+        return to_memory(row)
+
+    def get_by_key(self, agent_id: str, key: str) -> Memory:
+        agent, memory_key = check.agent_id(agent_id), check.short_text("key", key)
+        with self.session() as session:
+            row = session.execute(text(
+                f"SELECT {select_list()} FROM memories m WHERE m.agent_id = :a AND m.key = :k"),
+                {"a": agent, "k": memory_key}).mappings().first()
+        if row is None:
+            raise NotFound(f"no memory with key {memory_key!r} for this agent")
+        return to_memory(row)
+
+    def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
+             offset: int = 0) -> Page:
+        """The agent's memories, newest first."""
+        agent, cat = check.agent_id(agent_id), check.category(category)
+        check.limit(limit)
+        check.offset(offset)
+        where = "m.agent_id = :a" + (" AND m.category = :c" if cat else "")
+        params = {"a": agent, "c": cat, "n": limit, "o": offset}
+        with self.session() as session:
+            total = session.execute(text(f"SELECT count(*) FROM memories m WHERE {where}"),
+                                    params).scalar_one()
+            rows = session.execute(text(
+                f"SELECT {select_list()} FROM memories m WHERE {where} "
+                "ORDER BY m.created_at DESC, m.id LIMIT :n OFFSET :o"), params).mappings()
+            return Page(total=total, items=[to_memory(r) for r in rows])
+
+    def related(self, agent_id: str, memory_id: uuid.UUID | str, limit: int = 10) -> list[Related]:
+        """Explicitly linked memories first, then the nearest neighbours by meaning."""
+        agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
+        check.limit(limit)
+        with self.session() as session:
+            if session.execute(text("SELECT 1 FROM memories WHERE agent_id = :a AND id = :id"),
+                               {"a": agent, "id": mid}).first() is None:
+                raise NotFound(f"memory {mid} not found for this agent")
+            rows = session.execute(text(f"""
+                WITH linked AS (
+                    SELECT CASE WHEN l.source_id = :id THEN l.target_id ELSE l.source_id END
+                               AS other, l.kind, l.score
+                    FROM memory_links l
+                    WHERE l.agent_id = :a AND (l.source_id = :id OR l.target_id = :id)),
+                near AS (
+                    SELECT o.id AS other, 'similar' AS kind,
+                           1 - (o.embedding <=> self.embedding) AS score
+                    FROM memories self, memories o
+                    WHERE self.id = :id AND self.agent_id = :a AND o.agent_id = :a
+                      AND o.id <> :id AND o.archived_at IS NULL
+                    ORDER BY (o.embedding <=> self.embedding) + 0 LIMIT :n),
+                merged AS (
+                    SELECT DISTINCT ON (other) other, kind, score, prio FROM (
+                        SELECT other, kind, score, 0 AS prio FROM linked
+                        UNION ALL SELECT other, kind, score, 1 FROM near) u
+                    ORDER BY other, prio)
+                SELECT {select_list()}, merged.kind AS link_kind, merged.score AS link_score
+                FROM merged JOIN memories m ON m.id = merged.other AND m.agent_id = :a
+                ORDER BY merged.prio, merged.score DESC LIMIT :n
+            """), {"a": agent, "id": mid, "n": limit}).mappings().all()
+        return [Related(memory=to_memory(r), kind=r["link_kind"], score=float(r["link_score"]))
+                for r in rows]
+
+    def context(self, agent_id: str, query: str, *, limit: int = 10) -> str:
+        """A prompt-ready block of the relevant memories, grouped by category."""
+        hits = self.recall(agent_id, query, limit=limit)
+        if not hits:
+            return ""
+        groups: dict[str, list[Recalled]] = {}
+        for hit in hits:
+            groups.setdefault(hit.memory.category, []).append(hit)
+        lines = ["## Relevant memories"]
+        for category, members in groups.items():
+            lines.append(f"### {category.capitalize()}")
+            lines += [f"- {' '.join(h.memory.content.split())} "
+                      f"({h.memory.created_at.date().isoformat()})" for h in members]
+        return "\n".join(lines)
+
+    # --- forgetting -------------------------------------------------------------
+    def forget(self, agent_id: str, memory_id: uuid.UUID | str) -> bool:
+        """Delete one memory (freeing its dedup hash). False if it did not exist."""
+        agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
+        with self.session() as session:
+            row = session.execute(text(
+                "DELETE FROM memories WHERE agent_id = :a AND id = :id RETURNING session_id"),
+                {"a": agent, "id": mid}).first()
+            if row is None:
+                return False
+            session.execute(text("DELETE FROM memory_links WHERE agent_id = :a AND "
+                                 "(source_id = :id OR target_id = :id)"), {"a": agent, "id": mid})
+            if row.session_id:
+                sessions.remove_reference(session, agent, row.session_id, str(mid))
+        return True
+
+    def forget_agent(self, agent_id: str, batch_size: int = 5000) -> int:
+        """Delete everything the agent has, in bounded batches. Returns memories deleted."""
+        agent = check.agent_id(agent_id)
+        deleted = 0
+        while True:
+            with self.session() as session:
+                n = session.execute(text("""
+                    DELETE FROM memories WHERE id IN (
+                        SELECT id FROM memories WHERE agent_id = :a LIMIT :n)
+                """), {"a": agent, "n": batch_size}).rowcount
+            deleted += n
+            if n < batch_size:
+                break
+        with self.session() as session:
+            for table in ("memory_links", "sessions", "kg_relations", "kg_entities",
+                          "evicted_memories"):
+                session.execute(text(f"DELETE FROM {table} WHERE agent_id = :a"), {"a": agent})
+        return deleted
+
+    # --- knowledge graph and sessions ---------------------------------------------
+    def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any]) -> bool:
+        agent, parsed = check.agent_id(agent_id), graph.parse_entity(entity)
+        with self.session() as session:
+            return graph.add(session, agent, parsed)
+
+    def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> list[Entity]:
+        agent = check.agent_id(agent_id)
+        start = check.short_text("start_id", start_id)
+        with self.session() as session:
+            return graph.query(session, agent, start or "", depth)
+
+    def sessions(self, agent_id: str) -> list[SessionInfo]:
+        agent = check.agent_id(agent_id)
+        with self.session() as session:
+            return sessions.list_sessions(session, agent)

@@ -1,0 +1,126 @@
+"""Result and request types shared by the store, the worker and the client.
+
+Plain pydantic models: JSON-serializable (``model_dump(mode="json")``) so a
+worker can return them over the broker and the client can rebuild them.
+This module must not import SQLAlchemy: the thin client depends on it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CATEGORIES: tuple[str, ...] = (
+    "fact", "preference", "decision", "task", "context", "event", "reflection", "summary",
+)
+ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
+LINK_KINDS: tuple[str, ...] = ("related", "derived_from", "supports", "contradicts")
+RecallMode = Literal["fast", "deep"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class StoreResult(_Model):
+    id: UUID
+    stored: bool
+    duplicate: bool
+
+
+class StoreItem(_Model):
+    """One item of ``store_many``: the same fields as ``store``'s keywords."""
+
+    content: str
+    role: str | None = None
+    session_id: str | None = None
+    key: str | None = None
+    category: str | None = None
+    importance: float | None = None
+    tags: tuple[str, ...] = ()
+    source: str | None = None
+    metadata: dict[str, Any] | None = None
+    expires_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+class Memory(_Model):
+    id: UUID
+    agent_id: str
+    content: str
+    role: str | None = None
+    session_id: str | None = None
+    key: str | None = None
+    category: str
+    tags: tuple[str, ...] = ()
+    source: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    importance: float
+    confidence: float
+    pinned: bool = False
+    access_count: int = 0
+    last_accessed_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+    archived_at: datetime | None = None
+
+
+class ScoreComponents(_Model):
+    semantic: float
+    keyword: float
+    recency: float
+    importance: float
+    confidence: float
+
+
+class Recalled(_Model):
+    memory: Memory
+    score: float
+    components: ScoreComponents
+
+    @property
+    def id(self) -> UUID:
+        return self.memory.id
+
+    @property
+    def content(self) -> str:
+        return self.memory.content
+
+
+class Page(_Model):
+    total: int
+    items: list[Memory]
+
+
+class Related(_Model):
+    memory: Memory
+    kind: str
+    score: float
+
+
+class Relation(_Model):
+    target: str
+    type: str
+
+
+class Entity(_Model):
+    id: str
+    type: str = "entity"
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    relations: list[Relation] = Field(default_factory=list)
+
+
+class SessionInfo(_Model):
+    session_id: str
+    message_count: int
+    summary: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    compacted_at: datetime | None = None
+    consolidated_at: datetime | None = None
+    indexed_at: datetime | None = None
+    repaired_at: datetime | None = None

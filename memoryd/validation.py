@@ -1,0 +1,186 @@
+"""Boundary validation shared by the client (before enqueuing) and the store
+(before writing). Every failure raises ``ValidationError`` naming the field.
+No SQLAlchemy here: the thin client imports this module."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from memoryd.errors import ValidationError
+from memoryd.types import CATEGORIES, ROLES, StoreItem
+
+MAX_AGENT_ID = 255
+MAX_KEY = 512
+MAX_TAGS = 64
+MAX_TAG = 128
+MAX_QUERY_CHARS = 8192
+
+
+def _no_control_chars(field: str, value: str) -> None:
+    for ch in value:
+        if unicodedata.category(ch) == "Cc":
+            raise ValidationError(field, f"contains control character {ch!r}")
+
+
+def agent_id(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("agent_id", "must be a non-empty string")
+    if len(value) > MAX_AGENT_ID:
+        raise ValidationError("agent_id", f"is {len(value)} characters, at most {MAX_AGENT_ID}")
+    _no_control_chars("agent_id", value)
+    return value
+
+
+def short_text(field: str, value: object, max_len: int = MAX_KEY) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(field, "must be a non-empty string when given")
+    if len(value) > max_len:
+        raise ValidationError(field, f"is {len(value)} characters, at most {max_len}")
+    _no_control_chars(field, value)
+    return value
+
+
+def content(value: object, max_bytes: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("content", "must be a non-empty string")
+    if "\x00" in value:
+        raise ValidationError("content", "contains a NUL byte")
+    size = len(value.encode("utf-8", errors="surrogatepass"))
+    if size > max_bytes:
+        raise ValidationError("content", f"is {size} bytes, at most {max_bytes}")
+    return value
+
+
+def query(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError("query", "must be a non-empty string")
+    if "\x00" in value:
+        raise ValidationError("query", "contains a NUL byte")
+    if len(value) > MAX_QUERY_CHARS:
+        raise ValidationError("query", f"is {len(value)} characters, at most {MAX_QUERY_CHARS}")
+    return value
+
+
+def limit(value: object, field: str = "limit", high: int = 1000) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValidationError(field, f"must be an integer from 1 to {high}, got {value!r}")
+    return value
+
+
+def offset(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("offset", f"must be a non-negative integer, got {value!r}")
+    return value
+
+
+def category(value: object) -> str | None:
+    if value is None:
+        return None
+    if value not in CATEGORIES:
+        raise ValidationError("category", f"unknown category {value!r}; one of {CATEGORIES}")
+    return str(value)
+
+
+def role(value: object) -> str | None:
+    if value is None:
+        return None
+    if value not in ROLES:
+        raise ValidationError("role", f"unknown role {value!r}; one of {ROLES}")
+    return str(value)
+
+
+def unit_interval(field: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValidationError(field, f"must be a number from 0 to 1, got {value!r}")
+    return float(value)
+
+
+def tags(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise ValidationError("tags", "must be a list of strings")
+    items = tuple(value)
+    if len(items) > MAX_TAGS:
+        raise ValidationError("tags", f"has {len(items)} tags, at most {MAX_TAGS}")
+    for tag in items:
+        short_text("tags", tag, MAX_TAG)
+    return tuple(dict.fromkeys(items))
+
+
+def metadata(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValidationError("metadata", "must be a JSON object")
+    try:
+        text = json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError("metadata", f"is not JSON-serializable: {exc}") from None
+    if "\\u0000" in text:
+        raise ValidationError("metadata", "contains a NUL character")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def timestamp(field: str, value: object) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(field, f"is not an ISO-8601 timestamp: {value!r}") from None
+    if not isinstance(value, datetime):
+        raise ValidationError(field, "must be a datetime")
+    if value.tzinfo is None:
+        raise ValidationError(field, "must be timezone-aware")
+    return value
+
+
+def store_item(raw: StoreItem | Mapping[str, Any], max_bytes: int) -> StoreItem:
+    """Validate one memory to store and return it normalized."""
+    data = raw.model_dump() if isinstance(raw, StoreItem) else dict(raw)
+    unknown = set(data) - set(StoreItem.model_fields)
+    if unknown:
+        raise ValidationError(sorted(unknown)[0], "is not a store argument")
+    return StoreItem(
+        content=content(data.get("content"), max_bytes),
+        role=role(data.get("role")),
+        session_id=short_text("session_id", data.get("session_id")),
+        key=short_text("key", data.get("key")),
+        category=category(data.get("category")),
+        importance=unit_interval("importance", data.get("importance")),
+        tags=tags(data.get("tags")),
+        source=short_text("source", data.get("source")),
+        metadata=metadata(data.get("metadata")),
+        expires_at=timestamp("expires_at", data.get("expires_at")),
+        created_at=timestamp("created_at", data.get("created_at")),
+    )
+
+
+def store_items(items: object, max_bytes: int, max_items: int = 1000) -> list[StoreItem]:
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise ValidationError("items", "must be a list of memories")
+    checked: list[StoreItem] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, StoreItem | Mapping):
+            raise ValidationError(f"items[{index}]", "must be a mapping of store arguments")
+        try:
+            checked.append(store_item(item, max_bytes))
+        except ValidationError as exc:
+            raise ValidationError(f"items[{index}].{exc.field}", str(exc).split(": ", 1)[1]) \
+                from None
+    if not checked:
+        raise ValidationError("items", "must not be empty")
+    if len(checked) > max_items:
+        raise ValidationError("items", f"has {len(checked)} memories, at most {max_items}")
+    return checked
