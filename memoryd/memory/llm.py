@@ -35,6 +35,8 @@ __all__ = [
     "get_llm",
     "is_fallback",
     "key_terms",
+    "parse_fact_lines",
+    "parse_ranking",
     "rerank",
     "session_gist",
     "set_llm",
@@ -49,24 +51,30 @@ _PROMPT_BUDGET = 48_000  # characters of source text per prompt: bounds cost and
 _ITEM_BUDGET = 2_000  # characters per item, so one huge memory cannot crowd out the rest
 _ERROR_DETAIL_CHARS = 300
 
-_STOPWORDS = frozenset("""
-    about above across after again against almost alone along already also although always
-    among another anyone anything anyway anywhere around aren because been before behind
-    being below beside besides between beyond both cannot could couldn didn does doesn doing
-    done down during each either else enough even ever every everyone everything except
-    few from further gets give given goes going gone gonna got gotta great hadn hasn have
-    haven having he'd he'll hello hence here hers herself himself into itself just know
-    last least less like likely made make many maybe might mine more most mostly much must
-    myself near need needs neither never next none nothing okay once only onto other others
-    otherwise ours ourselves over own perhaps please quite rather really said same says
-    seem seemed seems shall shan she'd should shouldn since some someone something sometimes
-    somewhat soon still such sure take than thank thanks that thats their theirs them
-    themselves then there therefore these they thing things think this those though three
-    through thus together told took toward towards under unless until upon used using very
-    want wants wasn well went were weren what whatever when whenever where whereas wherever
-    whether which while whom whose will with within without won't would wouldn yeah year
-    years your yours yourself yourselves
-""".split())
+_STOPWORDS = frozenset({
+    "about", "above", "across", "after", "again", "against", "almost", "alone", "along",
+    "already", "also", "although", "always", "among", "another", "anyone", "anything", "anyway",
+    "anywhere", "aren", "around", "because", "been", "before", "behind", "being", "below",
+    "beside", "besides", "between", "beyond", "both", "cannot", "could", "couldn", "didn", "does",
+    "doesn", "doing", "done", "down", "during", "each", "either", "else", "enough", "even",
+    "ever", "every", "everyone", "everything", "except", "from", "further", "gets", "give",
+    "given", "goes", "going", "gone", "gonna", "gotta", "great", "hadn", "hasn", "have", "haven",
+    "having", "hello", "hence", "here", "hers", "herself", "himself", "into", "itself", "just",
+    "know", "last", "least", "less", "like", "likely", "made", "make", "many", "maybe", "might",
+    "mine", "more", "most", "mostly", "much", "must", "myself", "near", "need", "needs",
+    "neither", "never", "next", "none", "nothing", "okay", "once", "only", "onto", "other",
+    "others", "otherwise", "ours", "ourselves", "over", "perhaps", "please", "quite", "rather",
+    "really", "said", "same", "says", "seem", "seemed", "seems", "shall", "shan", "should",
+    "shouldn", "since", "some", "someone", "something", "sometimes", "somewhat", "soon", "still",
+    "such", "sure", "take", "than", "thank", "thanks", "that", "thats", "their", "theirs", "them",
+    "themselves", "then", "there", "therefore", "these", "they", "thing", "things", "think",
+    "this", "those", "though", "through", "thus", "together", "told", "took", "toward",
+    "towards", "under", "unless", "until", "upon", "used", "using", "very", "want", "wants",
+    "wasn", "well", "went", "were", "weren", "what", "whatever", "when", "whenever", "where",
+    "whereas", "wherever", "whether", "which", "while", "whom", "whose", "will", "with", "within",
+    "without", "would", "wouldn", "yeah", "your", "yours", "yourself",
+    "yourselves",
+})
 
 _WORD = re.compile(r"[^\W\d_]{4,}")
 _SENTENCE = re.compile(r"[^.!?\n]*[.!?]+|[^.!?\n]+")
@@ -74,7 +82,7 @@ _SPACES = re.compile(r"\s+")
 _LEADING_JUNK = re.compile(r"^(?:[-*•>#]+\s*|\(?\d{1,3}[.):]\s+)+")
 _PREFERENCE = re.compile(r"\b(?:i\s+(?:like|prefer|enjoy)|my\s+favou?rite)\b", re.IGNORECASE)
 _FACT = re.compile(
-    r"\b(?:i\s+am|i['’]m|my\s+name\s+is|i\s+work\s+(?:at|as)|i\s+live\s+in)\b", re.IGNORECASE)
+    r"\b(?:i\s+am|i['\u2019]m|my\s+name\s+is|i\s+work\s+(?:at|as)|i\s+live\s+in)\b", re.IGNORECASE)
 _INDEX_RUN = re.compile(r"\d+(?:\s*(?:,|>|;|\s)\s*\d+)*")
 _DIGITS = re.compile(r"\d+")
 _KEY_SHAPE = re.compile(r"sk-ant-[A-Za-z0-9_\-]+")

@@ -8,6 +8,7 @@ drift apart: change a time here (or with ``MEMORYD_SCHEDULE_<JOB>``) and both fo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from memoryd.config import JOBS
@@ -85,7 +86,7 @@ def expires_for(cron: Cron) -> int:
     """
     sets = cron.expand()
     times = sorted(hour * 60 + minute for hour in sets.hour for minute in sets.minute)
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in pairwise(times)]
     gaps.append(times[0] + _MINUTES_PER_DAY - times[-1])
     gap_s = min(gaps) * 60
     return gap_s - min(gap_s // 6, _MAX_SLACK_S)

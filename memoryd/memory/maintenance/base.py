@@ -1,0 +1,300 @@
+"""The maintenance framework: job registry, fleet-wide locking, the run audit,
+time budgets, and moving memories to ``evicted_memories`` (never silent deletes)."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from memoryd import clock
+from memoryd.errors import ValidationError
+
+if TYPE_CHECKING:
+    from memoryd.memory.llm import LLM
+    from memoryd.memory.store import MemoryStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class JobContext:
+    """What every job function receives."""
+
+    store: MemoryStore
+    run_id: int | None
+    agent_id: str | None
+    dry_run: bool
+    batch_size: int
+    deadline: float  # time.monotonic() value after which the job should stop and resume later
+    now: datetime
+    llm: LLM | None = None
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def agent_clause(self, alias: str = "m") -> str:
+        """SQL restricting to the run's agent, if any (bind ``:agent_id``)."""
+        return f"{alias}.agent_id = :agent_id" if self.agent_id else "TRUE"
+
+    def get_llm(self) -> LLM:
+        if self.llm is None:
+            from memoryd.memory.llm import get_llm
+
+            self.llm = get_llm()
+        return self.llm
+
+
+@dataclass
+class JobOutcome:
+    """A job's result: its stats, and whether it finished or ran out of its time budget."""
+
+    stats: dict[str, Any]
+    complete: bool = True
+
+
+JobFn = Callable[..., JobOutcome]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    fn: JobFn
+    description: str
+
+
+JOBS: dict[str, JobSpec] = {}
+
+
+def job(name: str, description: str) -> Callable[[JobFn], JobFn]:
+    """Register a job function under ``name``."""
+    def register(fn: JobFn) -> JobFn:
+        JOBS[name] = JobSpec(name, fn, description)
+        return fn
+    return register
+
+
+@dataclass
+class RunRecord:
+    """One row of ``maintenance_runs`` as returned to callers."""
+
+    run_id: int | None
+    job: str
+    status: str  # ok / failed / skipped
+    stats: dict[str, Any] = field(default_factory=dict)
+    complete: bool = True
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "job": self.job, "status": self.status,
+                "stats": self.stats, "complete": self.complete, "error": self.error}
+
+
+def lock_key(job_name: str) -> str:
+    return f"memoryd.maintenance.{job_name}"
+
+
+def run_job(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
+            dry_run: bool = False, params: Mapping[str, Any] | None = None,
+            time_budget_s: float | None = None, llm: LLM | None = None) -> RunRecord:
+    """Run one job under its advisory lock and record it. Never raises for a job failure
+    except transient database errors, which the caller (a Celery task) retries."""
+    _load_jobs()
+    if job_name not in JOBS:
+        raise ValidationError("job", f"unknown job {job_name!r}; one of {sorted(JOBS)}")
+    if agent_id is not None:
+        from memoryd.validation import agent_id as check_agent
+
+        check_agent(agent_id)
+    args = dict(params or {})
+    budget = time_budget_s or store.settings.maintenance_time_budget_s
+    with store.engine.connect() as lock_conn:
+        got = lock_conn.execute(text("SELECT pg_try_advisory_lock(hashtext(:k))"),
+                                {"k": lock_key(job_name)}).scalar_one()
+        lock_conn.commit()
+        if not got:
+            return _record_skipped(store, job_name, agent_id, dry_run, args)
+        try:
+            return _run_locked(store, job_name, agent_id, dry_run, args, budget, llm)
+        finally:
+            lock_conn.execute(text("SELECT pg_advisory_unlock(hashtext(:k))"),
+                              {"k": lock_key(job_name)})
+            lock_conn.commit()
+
+
+def _run_locked(store: MemoryStore, job_name: str, agent_id: str | None, dry_run: bool,
+                params: dict[str, Any], budget: float, llm: LLM | None) -> RunRecord:
+    from sqlalchemy.exc import OperationalError
+
+    run_id = _insert_run(store, job_name, agent_id, dry_run, params, "running")
+    ctx = JobContext(store=store, run_id=run_id, agent_id=agent_id, dry_run=dry_run,
+                     batch_size=int(params.pop("batch_size", store.settings.maintenance_batch_size)),
+                     deadline=time.monotonic() + budget, now=clock.now(), llm=llm)
+    started = time.monotonic()
+    bound = log.bind(job=job_name, run_id=run_id, agent_id=agent_id, dry_run=dry_run)
+    try:
+        outcome = JOBS[job_name].fn(ctx, **params)
+    except OperationalError:
+        _finish_run(store, run_id, "failed", {}, "transient database error; retried")
+        raise
+    except Exception as exc:  # recorded in the audit, then re-raised for the caller
+        _finish_run(store, run_id, "failed", {}, "".join(
+            traceback.format_exception_only(type(exc), exc)).strip())
+        bound.exception("maintenance.failed")
+        raise
+    stats = {**outcome.stats, "duration_ms": round((time.monotonic() - started) * 1000)}
+    _finish_run(store, run_id, "ok", stats, None)
+    bound.info("maintenance.finished", complete=outcome.complete, **_loggable(stats))
+    return RunRecord(run_id, job_name, "ok", stats, outcome.complete)
+
+
+def _loggable(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in stats.items() if isinstance(v, int | float | str | bool)}
+
+
+def _insert_run(store: MemoryStore, job_name: str, agent_id: str | None, dry_run: bool,
+                params: Mapping[str, Any], status: str) -> int:
+    with store.session() as session:
+        return int(session.execute(text("""
+            INSERT INTO maintenance_runs (job, agent_id, params, dry_run, status, finished_at)
+            VALUES (:job, :agent_id, CAST(:params AS jsonb), :dry_run, CAST(:status AS text),
+                    CASE WHEN CAST(:status AS text) = 'running' THEN NULL ELSE now() END)
+            RETURNING id
+        """), {"job": job_name, "agent_id": agent_id, "params": json.dumps(params, default=str),
+               "dry_run": dry_run, "status": status}).scalar_one())
+
+
+def _finish_run(store: MemoryStore, run_id: int, status: str, stats: Mapping[str, Any],
+                error: str | None) -> None:
+    with store.session() as session:
+        session.execute(text("""
+            UPDATE maintenance_runs SET status = :status, finished_at = now(),
+                   stats = CAST(:stats AS jsonb), error = :error
+            WHERE id = :id
+        """), {"id": run_id, "status": status, "stats": json.dumps(stats, default=str),
+               "error": error})
+
+
+def _record_skipped(store: MemoryStore, job_name: str, agent_id: str | None, dry_run: bool,
+                    params: Mapping[str, Any]) -> RunRecord:
+    run_id = _insert_run(store, job_name, agent_id, dry_run, params, "skipped")
+    log.info("maintenance.skipped", job=job_name, run_id=run_id, reason="lock held")
+    return RunRecord(run_id, job_name, "skipped", {"reason": "another run holds the lock"})
+
+
+def last_run_started(session: Session, job_name: str, agent_id: str | None) -> datetime | None:
+    """When the last successful, non-dry run of ``job_name`` started (for incremental jobs)."""
+    value = session.execute(text("""
+        SELECT max(started_at) FROM maintenance_runs
+        WHERE job = :job AND status = 'ok' AND NOT dry_run
+          AND (agent_id IS NULL OR agent_id IS NOT DISTINCT FROM :agent_id)
+    """), {"job": job_name, "agent_id": agent_id}).scalar_one()
+    return value if isinstance(value, datetime) or value is None else None
+
+
+# --- moving memories out, and back --------------------------------------------------
+
+_EVICT = text("""
+WITH gone AS (
+    DELETE FROM memories m WHERE m.id = ANY(:ids) RETURNING m.*
+), unlinked AS (
+    DELETE FROM memory_links l USING gone
+    WHERE l.source_id = gone.id AND l.kind <> 'derived_from'
+)
+INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
+SELECT gone.id, gone.agent_id, :reason, :run_id,
+       to_jsonb(gone) - 'embedding' - 'tsv', gone.embedding
+FROM gone
+""")
+
+
+def evict_ids(session: Session, ids: Sequence[Any], reason: str, run_id: int | None) -> int:
+    """Move memories to ``evicted_memories`` with the reason; frees their dedup hashes."""
+    if not ids:
+        return 0
+    return int(session.execute(_EVICT, {"ids": list(ids), "reason": reason,
+                                        "run_id": run_id}).rowcount)
+
+
+def evict_in_batches(ctx: JobContext, select_ids_sql: str, params: Mapping[str, Any],
+                     reason: str) -> tuple[int, bool]:
+    """Repeatedly select up to ``batch_size`` ids with ``select_ids_sql`` (which must
+    bind ``:batch``) and evict them, one short transaction per batch.
+
+    In a dry run, counts the matching rows instead. Returns (rows, complete).
+    """
+    if ctx.dry_run:
+        with ctx.store.session() as session:
+            counted = session.execute(text(
+                f"SELECT count(*) FROM ({select_ids_sql.replace('LIMIT :batch', '')}) s"),
+                {**params}).scalar_one()
+        return int(counted), True
+    total = 0
+    while True:
+        with ctx.store.session() as session:
+            ids = session.execute(text(select_ids_sql),
+                                  {**params, "batch": ctx.batch_size}).scalars().all()
+            total += evict_ids(session, ids, reason, ctx.run_id)
+        if len(ids) < ctx.batch_size:
+            return total, True
+        if ctx.out_of_time():
+            return total, False
+
+
+def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
+    """Put an evicted memory back (same id). Raises NotFound or ValidationError when its
+    content or key is in use again. Returns the restored memory's id."""
+    from sqlalchemy.exc import IntegrityError
+
+    from memoryd.errors import NotFound
+
+    key_sql = ("eviction_id = :v" if isinstance(eviction_or_memory_id, int)
+               else "memory_id = CAST(:v AS uuid)")
+    with store.session() as session:
+        row = session.execute(text(f"""
+            SELECT eviction_id, memory_id FROM evicted_memories WHERE {key_sql}
+            ORDER BY evicted_at DESC LIMIT 1 FOR UPDATE
+        """), {"v": eviction_or_memory_id}).first()
+        if row is None:
+            raise NotFound(f"no evicted memory {eviction_or_memory_id}")
+        try:
+            with session.begin_nested():
+                session.execute(text("""
+                    INSERT INTO memories (id, agent_id, content, content_hash, role, session_id,
+                        key, category, tags, source, metadata, importance, confidence, pinned,
+                        access_count, last_accessed_at, created_at, updated_at, expires_at,
+                        archived_at, embedding)
+                    SELECT r.id, r.agent_id, r.content, r.content_hash, r.role, r.session_id,
+                        r.key, r.category, r.tags, r.source, r.metadata, r.importance,
+                        r.confidence, r.pinned, r.access_count, r.last_accessed_at,
+                        r.created_at, now(), NULL, r.archived_at, e.embedding
+                    FROM evicted_memories e,
+                         jsonb_populate_record(NULL::memories, e.data) r
+                    WHERE e.eviction_id = :eid
+                """), {"eid": row.eviction_id})
+        except IntegrityError:
+            raise ValidationError("memory_id", "its content, key or id is in use again; "
+                                  "forget the newer memory first") from None
+        session.execute(text("DELETE FROM evicted_memories WHERE memory_id = :m"),
+                        {"m": row.memory_id})
+        return row.memory_id
+
+
+def _load_jobs() -> None:
+    """Import the job modules so their ``@job`` registrations run."""
+    import importlib
+
+    for module in ("decay", "eviction", "dedup", "summarize", "cortex", "sessions"):
+        try:
+            importlib.import_module(f"memoryd.memory.maintenance.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"memoryd.memory.maintenance.{module}":
+                raise
