@@ -91,6 +91,13 @@ class Settings(BaseSettings):
     schedule_compact_sessions: str | None = None
     schedule_repair_sessions: str | None = None
 
+    @field_validator("database_url", "broker_url", "result_backend", "anthropic_api_key",
+                     mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # `MEMORYD_X=` (set but empty, as compose passes it) means "not configured".
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:

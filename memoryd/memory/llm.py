@@ -50,6 +50,7 @@ GIST_MAX_CHARS = 300
 _PROMPT_BUDGET = 48_000  # characters of source text per prompt: bounds cost and latency
 _ITEM_BUDGET = 2_000  # characters per item, so one huge memory cannot crowd out the rest
 _ERROR_DETAIL_CHARS = 300
+_MAX_TERM_LEN = 32  # longer letter runs are encoded blobs, not terms
 
 _STOPWORDS = frozenset({
     "about", "above", "across", "after", "again", "against", "almost", "alone", "along",
@@ -160,8 +161,9 @@ class AnthropicLLM:
             if exc.request_id:
                 parts.append(f"request {exc.request_id}")
             detail = exc.api_message or exc.message
-        text = f"{', '.join(parts)}: {_clip(detail, _ERROR_DETAIL_CHARS)}"
-        return _scrub(text, self._secret)
+        # scrub before clipping: a clip through the key would leave a prefix unmatched
+        detail = _clip(_scrub(detail, self._secret), _ERROR_DETAIL_CHARS)
+        return f"{', '.join(parts)}: {detail}"
 
 
 def _scrub(text: str, secret: str) -> str:
@@ -239,7 +241,9 @@ def key_terms(texts: Iterable[str], limit: int = KEY_TERMS) -> list[str]:
     """The most frequent salient words (4+ letters, not stopwords); ties alphabetical."""
     counts: Counter[str] = Counter()
     for text in texts:
-        counts.update(w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+        counts.update(
+            w for w in _WORD.findall(text.lower())
+            if len(w) <= _MAX_TERM_LEN and w not in _STOPWORDS)
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return [term for term, _ in ranked[:max(0, limit)]]
 

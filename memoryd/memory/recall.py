@@ -26,6 +26,8 @@ from memoryd.memory.scoring import Candidate
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_TERMS = 32
 SIZE_CACHE_SECONDS = 60.0
+_NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
+                " WHERE false)")
 
 
 @dataclass(frozen=True)
@@ -98,14 +100,14 @@ def candidates(session: Session, agent_id: str, query_vector: str, query: str,
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     distance = "m.embedding <=> CAST(:qv AS vector)"
     order = distance if large_agent else f"({distance}) + 0"
-    keyword_cte = """
+    keyword_cte = f"""
         , kw AS (
             SELECT m.id, ts_rank_cd(m.tsv, q.q, 32) AS rank,
                    row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q.q, 32) DESC) AS pos
             FROM memories m, q
-            WHERE m.agent_id = :agent_id AND m.tsv @@ q.q AND {filters}
+            WHERE m.agent_id = :agent_id AND m.tsv @@ q.q AND {filters.sql()}
             ORDER BY rank DESC LIMIT :k)
-    """.format(filters=filters.sql()) if tsq else ", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos WHERE false)"
+    """ if tsq else _NO_KEYWORDS
     sql = f"""
         WITH q AS (SELECT to_tsquery('english', :tsq) AS q),
         vec AS (

@@ -3,6 +3,7 @@ scheduler wrap it; agents that embed memoryd as a library call it directly."""
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -101,7 +102,7 @@ class MemoryStore:
         return self.store_many(agent_id, [{"content": content, **fields}])[0]
 
     def store_many(self, agent_id: str,
-                   items: Iterable[StoreItem | Mapping[str, Any]]) -> list[StoreResult]:
+                   items: Iterable[StoreItem | Mapping[str, Any]]) -> builtins.list[StoreResult]:
         """Store several memories: one embedding batch, one transaction."""
         agent = check.agent_id(agent_id)
         checked = check.store_items(items, self.settings.max_content_bytes)
@@ -114,7 +115,7 @@ class MemoryStore:
     def recall(self, agent_id: str, query: str, *, limit: int = 10,
                category: str | None = None, tags: Iterable[str] | None = None,
                session_id: str | None = None, include_archived: bool = False,
-               mode: RecallMode = "fast") -> list[Recalled]:
+               mode: RecallMode = "fast") -> builtins.list[Recalled]:
         """The agent's memories most relevant to ``query``, best first."""
         agent = check.agent_id(agent_id)
         text_query = check.query(query)
@@ -137,7 +138,7 @@ class MemoryStore:
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
 
-    def _rank(self, found: list[scoring.Candidate]) -> list[Recalled]:
+    def _rank(self, found: list[scoring.Candidate]) -> builtins.list[Recalled]:
         now = datetime.now(UTC)
         parts = scoring.components(found, now)
         weights = self.settings.weights()
@@ -151,7 +152,7 @@ class MemoryStore:
         hits.sort(key=lambda hit: (-hit.score, str(hit.memory.id)))
         return hits
 
-    def _rerank(self, query: str, ranked: list[Recalled]) -> list[Recalled]:
+    def _rerank(self, query: str, ranked: list[Recalled]) -> builtins.list[Recalled]:
         """Deep mode: let the LLM order the fast candidates; fall back on any failure."""
         from memoryd.memory import llm as llm_mod
 
@@ -203,7 +204,7 @@ class MemoryStore:
                 "ORDER BY m.created_at DESC, m.id LIMIT :n OFFSET :o"), params).mappings()
             return Page(total=total, items=[to_memory(r) for r in rows])
 
-    def related(self, agent_id: str, memory_id: uuid.UUID | str, limit: int = 10) -> list[Related]:
+    def related(self, agent_id: str, memory_id: uuid.UUID | str, limit: int = 10) -> builtins.list[Related]:
         """Explicitly linked memories first, then the nearest neighbours by meaning."""
         agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
         check.limit(limit)
@@ -292,13 +293,13 @@ class MemoryStore:
         with self.session() as session:
             return graph.add(session, agent, parsed)
 
-    def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> list[Entity]:
+    def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> builtins.list[Entity]:
         agent = check.agent_id(agent_id)
         start = check.short_text("start_id", start_id)
         with self.session() as session:
             return graph.query(session, agent, start or "", depth)
 
-    def sessions(self, agent_id: str) -> list[SessionInfo]:
+    def sessions(self, agent_id: str) -> builtins.list[SessionInfo]:
         agent = check.agent_id(agent_id)
         with self.session() as session:
             return sessions.list_sessions(session, agent)

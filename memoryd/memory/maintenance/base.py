@@ -135,8 +135,9 @@ def _run_locked(store: MemoryStore, job_name: str, agent_id: str | None, dry_run
     from sqlalchemy.exc import OperationalError
 
     run_id = _insert_run(store, job_name, agent_id, dry_run, params, "running")
+    batch_size = int(params.pop("batch_size", store.settings.maintenance_batch_size))
     ctx = JobContext(store=store, run_id=run_id, agent_id=agent_id, dry_run=dry_run,
-                     batch_size=int(params.pop("batch_size", store.settings.maintenance_batch_size)),
+                     batch_size=batch_size,
                      deadline=time.monotonic() + budget, now=clock.now(), llm=llm)
     started = time.monotonic()
     bound = log.bind(job=job_name, run_id=run_id, agent_id=agent_id, dry_run=dry_run)
@@ -220,8 +221,9 @@ def evict_ids(session: Session, ids: Sequence[Any], reason: str, run_id: int | N
     """Move memories to ``evicted_memories`` with the reason; frees their dedup hashes."""
     if not ids:
         return 0
-    return int(session.execute(_EVICT, {"ids": list(ids), "reason": reason,
-                                        "run_id": run_id}).rowcount)
+    result: Any = session.execute(_EVICT, {"ids": list(ids), "reason": reason,
+                                           "run_id": run_id})
+    return int(result.rowcount)
 
 
 def evict_in_batches(ctx: JobContext, select_ids_sql: str, params: Mapping[str, Any],

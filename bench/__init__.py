@@ -1,0 +1,1 @@
+"""Retrieval benchmarks for memoryd (run as ``python -m bench.<name>``; see bench/README.md)."""

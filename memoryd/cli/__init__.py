@@ -1,0 +1,44 @@
+"""The ``memoryd`` command: start the stack, run workers, talk to memory, operate jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from memoryd.errors import MemorydError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from memoryd.cli import client_cmds, ops, services
+
+    parser = argparse.ArgumentParser(
+        prog="memoryd", description="Long-term memory for fleets of LLM agents.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    services.register(commands)
+    client_cmds.register(commands)
+    ops.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from memoryd import logging as mlog
+    from memoryd.config import get_settings
+
+    mlog.configure(level=args.log_level)
+    try:
+        get_settings()  # fail loudly on a bad configuration, before anything starts
+        result: int = args.handler(args)
+    except MemorydError as exc:
+        print(f"memoryd: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

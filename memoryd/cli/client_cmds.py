@@ -1,0 +1,105 @@
+"""Client commands: store, recall, forget, list, context, through the workers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from memoryd.cli.output import as_json, table
+
+
+def register(commands: Any) -> None:
+    store = _add(commands, "store", "store a memory", _store)
+    store.add_argument("agent_id")
+    store.add_argument("content")
+    for flag in ("--role", "--session-id", "--key", "--category", "--source"):
+        store.add_argument(flag)
+    store.add_argument("--importance", type=float)
+    store.add_argument("--tag", action="append", dest="tags", default=[])
+    store.add_argument("--metadata", type=json.loads, help="a JSON object")
+
+    recall = _add(commands, "recall", "recall memories relevant to a query", _recall)
+    recall.add_argument("agent_id")
+    recall.add_argument("query")
+    recall.add_argument("--limit", type=int, default=10)
+    recall.add_argument("--category")
+    recall.add_argument("--mode", choices=("fast", "deep"), default="fast")
+
+    forget = _add(commands, "forget", "delete one memory", _forget)
+    forget.add_argument("agent_id")
+    forget.add_argument("memory_id")
+
+    listing = _add(commands, "list", "list an agent's memories, newest first", _list)
+    listing.add_argument("agent_id")
+    listing.add_argument("--category")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--offset", type=int, default=0)
+
+    context = _add(commands, "context", "print a prompt-ready memory block", _context)
+    context.add_argument("agent_id")
+    context.add_argument("query")
+    context.add_argument("--limit", type=int, default=10)
+
+
+def _add(commands: Any, name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from memoryd.client import MemoryClient
+
+    return MemoryClient(timeout=args.timeout)
+
+
+def _store(args: argparse.Namespace) -> int:
+    fields = {"role": args.role, "session_id": args.session_id, "key": args.key,
+              "category": args.category, "source": args.source, "importance": args.importance,
+              "tags": args.tags, "metadata": args.metadata}
+    result = _client(args).store(args.agent_id, args.content,
+                                 **{k: v for k, v in fields.items() if v not in (None, [])})
+    status = "duplicate of" if result.duplicate else "stored"
+    print(as_json(result) if args.json else f"{status} {result.id}")
+    return 0
+
+
+def _recall(args: argparse.Namespace) -> int:
+    hits = _client(args).recall(args.agent_id, args.query, limit=args.limit,
+                                category=args.category, mode=args.mode)
+    if args.json:
+        print(as_json(hits))
+    else:
+        print(table(("score", "category", "id", "content"),
+                    [(f"{h.score:.3f}", h.memory.category, h.memory.id, h.memory.content)
+                     for h in hits]))
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    removed = _client(args).forget(args.agent_id, args.memory_id)
+    print(as_json({"forgotten": removed}) if args.json
+          else ("forgotten" if removed else "no such memory"))
+    return 0 if removed else 1
+
+
+def _list(args: argparse.Namespace) -> int:
+    page = _client(args).list(args.agent_id, category=args.category, limit=args.limit,
+                              offset=args.offset)
+    if args.json:
+        print(as_json(page))
+    else:
+        print(table(("created", "category", "imp", "id", "content"),
+                    [(m.created_at.strftime("%Y-%m-%d %H:%M"), m.category,
+                      f"{m.importance:.2f}", m.id, m.content) for m in page.items]))
+        print(f"{len(page.items)} of {page.total}")
+    return 0
+
+
+def _context(args: argparse.Namespace) -> int:
+    block = _client(args).context(args.agent_id, args.query, limit=args.limit)
+    print(as_json({"context": block}) if args.json else block)
+    return 0

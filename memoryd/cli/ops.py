@@ -1,0 +1,179 @@
+"""Operator commands: run and inspect maintenance jobs, fleet status, statistics, restore."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from memoryd.cli.output import as_json, table
+from memoryd.config import JOBS
+
+
+def register(commands: Any) -> None:
+    jobs = commands.add_parser("jobs", help="run or inspect maintenance jobs")
+    sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    run = sub.add_parser("run", help="run a maintenance job now, in this process")
+    run.add_argument("job", choices=JOBS)
+    run.add_argument("--agent", dest="agent_id")
+    run.add_argument("--dry-run", action="store_true")
+    run.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
+                     help="job parameter, e.g. --param max_age_days=60")
+    run.add_argument("--json", action="store_true")
+    run.set_defaults(handler=_jobs_run)
+    history = sub.add_parser("history", help="recent maintenance runs")
+    history.add_argument("--job", choices=JOBS)
+    history.add_argument("--limit", type=int, default=20)
+    history.add_argument("--json", action="store_true")
+    history.set_defaults(handler=_jobs_history)
+
+    status = commands.add_parser("status", help="workers, queue lengths, last run of each job")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=_status)
+
+    stats = commands.add_parser("stats", help="memories per agent and category")
+    stats.add_argument("--limit", type=int, default=50, help="agents to show")
+    stats.add_argument("--json", action="store_true")
+    stats.set_defaults(handler=_stats)
+
+    restore = commands.add_parser("restore", help="restore an evicted memory")
+    restore.add_argument("id", help="eviction id (number) or memory id (UUID)")
+    restore.set_defaults(handler=_restore)
+
+
+def _store() -> Any:
+    from memoryd.db.engine import get_engine
+    from memoryd.memory.store import MemoryStore
+
+    return MemoryStore(engine=get_engine())
+
+
+def _parse_params(pairs: list[str]) -> dict[str, Any]:
+    from memoryd.errors import ValidationError
+
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise ValidationError("param", f"expected NAME=VALUE, got {pair!r}")
+        try:
+            params[name] = json.loads(raw)
+        except ValueError:
+            params[name] = raw
+    return params
+
+
+def _jobs_run(args: argparse.Namespace) -> int:
+    from memoryd.memory.maintenance import run_job
+
+    store = _store()
+    params = _parse_params(args.param)
+    record = run_job(store, args.job, agent_id=args.agent_id, dry_run=args.dry_run,
+                     params=params)
+    while record.status == "ok" and not record.complete:
+        record = run_job(store, args.job, agent_id=args.agent_id, dry_run=args.dry_run,
+                         params=params)
+    print(as_json(record.as_dict()) if args.json else
+          f"{record.job}: {record.status} (run {record.run_id}) {json.dumps(record.stats)}")
+    return 0 if record.status != "failed" else 1
+
+
+def _runs(job: str | None, limit: int) -> list[dict[str, Any]]:
+    from sqlalchemy import text
+
+    with _store().session() as session:
+        rows = session.execute(text("""
+            SELECT id, job, agent_id, status, dry_run, started_at, finished_at, stats, error
+            FROM maintenance_runs WHERE (CAST(:job AS text) IS NULL OR job = :job)
+            ORDER BY started_at DESC, id DESC LIMIT :n
+        """), {"job": job, "n": limit}).mappings()
+        return [dict(r) for r in rows]
+
+
+def _jobs_history(args: argparse.Namespace) -> int:
+    runs = _runs(args.job, args.limit)
+    if args.json:
+        print(as_json(runs))
+    else:
+        print(table(("run", "job", "status", "agent", "started", "stats"),
+                    [(r["id"], r["job"], r["status"] + (" (dry)" if r["dry_run"] else ""),
+                      r["agent_id"] or "all", r["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
+                      json.dumps(r["stats"]) if r["status"] != "failed" else r["error"])
+                     for r in runs]))
+    return 0
+
+
+def _last_runs() -> list[dict[str, Any]]:
+    from sqlalchemy import text
+
+    with _store().session() as session:
+        rows = session.execute(text("""
+            SELECT DISTINCT ON (job) job, status, started_at, finished_at, stats
+            FROM maintenance_runs ORDER BY job, started_at DESC, id DESC
+        """)).mappings()
+        return [dict(r) for r in rows]
+
+
+def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
+    """Workers that answer a ping, and how many messages wait in each queue."""
+    from memoryd.worker import app
+
+    view: dict[str, Any] = {"workers": [], "queues": {}}
+    try:
+        replies = app.control.ping(timeout=timeout) or []
+        view["workers"] = sorted(name for reply in replies for name in reply)
+        with app.connection_for_read() as conn:
+            client = conn.default_channel.client
+            for queue in ("memory", "maintenance"):
+                view["queues"][queue] = int(client.llen(queue))
+    except Exception as exc:  # an unreachable broker is a status, not a crash
+        view["error"] = f"broker unreachable: {type(exc).__name__}"
+    return view
+
+
+def _status(args: argparse.Namespace) -> int:
+    view = _broker_view()
+    runs = {r["job"]: r for r in _last_runs()}
+    if args.json:
+        print(as_json({**view, "jobs": runs}))
+        return 0
+    print(f"workers: {', '.join(view['workers']) or 'none answering'}")
+    if "error" in view:
+        print(view["error"])
+    for queue, length in view["queues"].items():
+        print(f"queue {queue}: {length} waiting")
+    print(table(("job", "last status", "started", "stats"),
+                [(job, runs[job]["status"] if job in runs else "never",
+                  runs[job]["started_at"].strftime("%Y-%m-%d %H:%M:%S") if job in runs else "",
+                  json.dumps(runs[job]["stats"]) if job in runs else "") for job in JOBS]))
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from sqlalchemy import text
+
+    with _store().session() as session:
+        rows = session.execute(text("""
+            WITH top AS (SELECT agent_id, count(*) AS n FROM memories GROUP BY agent_id
+                         ORDER BY n DESC, agent_id LIMIT :n)
+            SELECT m.agent_id, m.category, count(*) AS memories, top.n AS agent_total
+            FROM memories m JOIN top USING (agent_id)
+            GROUP BY m.agent_id, m.category, top.n
+            ORDER BY top.n DESC, m.agent_id, m.category
+        """), {"n": args.limit}).mappings().all()
+    if args.json:
+        print(as_json([dict(r) for r in rows]))
+    else:
+        print(table(("agent", "category", "memories", "agent total"),
+                    [(r["agent_id"], r["category"], r["memories"], r["agent_total"])
+                     for r in rows]))
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from memoryd.memory.maintenance.base import restore
+
+    target: int | str = int(args.id) if args.id.isdigit() else args.id
+    memory_id = restore(_store(), target)
+    print(f"restored {memory_id}")
+    return 0

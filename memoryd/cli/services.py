@@ -1,0 +1,118 @@
+"""Long-running commands: up (the whole stack), worker, beat, run (APScheduler), migrate."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+
+def register(commands: Any) -> None:
+    up = commands.add_parser("up", help="start everything: PostgreSQL, Redis, workers, beat, "
+                                        "Flower (embedded defaults when nothing is configured)")
+    up.add_argument("--flower-port", type=int, default=5555)
+    up.add_argument("--no-flower", action="store_true")
+    up.set_defaults(handler=_up)
+
+    worker = commands.add_parser("worker", help="run a Celery worker")
+    worker.add_argument("--queues", default="memory,maintenance",
+                        help="comma-separated: memory, maintenance (default both)")
+    worker.add_argument("--concurrency", type=int, default=None)
+    worker.add_argument("--no-migrate", action="store_true",
+                        help="do not apply migrations at start-up")
+    worker.set_defaults(handler=_worker)
+
+    beat = commands.add_parser("beat", help="run Celery beat (the maintenance schedule)")
+    beat.set_defaults(handler=_beat)
+
+    run = commands.add_parser("run", help="single node without a broker: run the schedule "
+                                          "in-process with APScheduler")
+    run.set_defaults(handler=_run)
+
+    migrate = commands.add_parser("migrate", help="apply database migrations (idempotent)")
+    migrate.set_defaults(handler=_migrate)
+
+
+def _migrate(_args: argparse.Namespace) -> int:
+    from memoryd.db.engine import get_engine
+    from memoryd.db.migrate import current_revision, upgrade
+
+    engine = get_engine()
+    upgrade(engine)
+    print(f"database at revision {current_revision(engine)}")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    unknown = set(queues) - {"memory", "maintenance"}
+    if unknown:
+        from memoryd.errors import ConfigError
+
+        raise ConfigError(f"unknown queue(s) {sorted(unknown)}; use memory and/or maintenance")
+    if not args.no_migrate:
+        _migrate(args)
+    from memoryd.worker import app
+
+    argv = ["worker", f"--queues={','.join(queues)}", f"--hostname={'-'.join(queues)}@%h",
+            f"--loglevel={args.log_level}"]
+    if args.concurrency:
+        argv.append(f"--concurrency={args.concurrency}")
+    app.worker_main(argv)
+    return 0
+
+
+def _beat(args: argparse.Namespace) -> int:
+    from memoryd.config import get_settings
+    from memoryd.worker import app
+
+    settings = get_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app.start(["beat", f"--loglevel={args.log_level}",
+               f"--schedule={settings.data_dir / 'celerybeat-schedule'}"])
+    return 0
+
+
+def _run(_args: argparse.Namespace) -> int:
+    """One process, no broker: the same schedule, run directly against the database."""
+    from memoryd.config import get_settings
+    from memoryd.db.engine import get_engine
+    from memoryd.db.migrate import upgrade
+    from memoryd.memory.maintenance import run_job
+    from memoryd.memory.store import MemoryStore
+    from memoryd.schedules.aps import build_scheduler
+
+    settings = get_settings()
+    store = MemoryStore(engine=get_engine())
+    upgrade(store.engine)
+
+    def run_scheduled(job: str) -> None:
+        record = run_job(store, job)
+        while record.status == "ok" and not record.complete:
+            record = run_job(store, job)
+
+    scheduler = build_scheduler(settings, run_scheduled, blocking=False)
+    scheduler.start()
+    jobs = scheduler.get_jobs()
+    log.info("scheduler.started", jobs=len(jobs), timezone=settings.timezone)
+    for job in jobs:
+        print(f"{job.id:<18} next run {job.next_run_time}")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    scheduler.shutdown(wait=True)
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    from memoryd.cli.supervisor import Stack
+
+    stack = Stack(flower_port=None if args.no_flower else args.flower_port,
+                  log_level=args.log_level)
+    return stack.run()

@@ -1,0 +1,214 @@
+"""The thin client agents import. It validates input, enqueues jobs by task
+name and rebuilds typed results. It imports nothing of the worker, the store
+or SQLAlchemy: ``pip install memoryd`` (without ``[server]``) is enough.
+
+    client = MemoryClient()
+    client.store("agent-1", "User prefers dark mode", role="user", session_id="s1")
+    hits = client.recall("agent-1", "what theme does the user like?", limit=5)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from celery import Celery
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+from celery.result import AsyncResult
+
+from memoryd import validation as check
+from memoryd.config import Settings, get_settings
+from memoryd.errors import MemorydError, MemorydTimeoutError, ValidationError, WorkerError
+from memoryd.types import Entity, Memory, Page, Recalled, SessionInfo, StoreItem, StoreResult
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class Pending(Generic[T]):
+    """A job enqueued with ``wait=False``: ``get()`` waits for its typed result."""
+
+    def __init__(self, result: AsyncResult, convert: Callable[[Any], T],
+                 timeout: float) -> None:
+        self._result = result
+        self._convert = convert
+        self._timeout = timeout
+
+    @property
+    def id(self) -> str:
+        return str(self._result.id)
+
+    def ready(self) -> bool:
+        return bool(self._result.ready())
+
+    def get(self, timeout: float | None = None) -> T:
+        wait = self._timeout if timeout is None else timeout
+        try:
+            value = self._result.get(timeout=wait, propagate=True, disable_sync_subtasks=False)
+        except CeleryTimeoutError:
+            raise MemorydTimeoutError(
+                f"job {self.id} did not finish within {wait:g} s") from None
+        except MemorydError:
+            raise
+        except Exception as exc:  # rebuilt from the worker: never leak Celery internals
+            raise WorkerError(f"{type(exc).__name__}: {exc}") from None
+        finally:
+            self._result.forget() if self._result.ready() else None
+        return self._convert(value)
+
+
+class MemoryClient:
+    """Send memory jobs to memoryd's workers. Same arguments and result types as
+    ``MemoryStore``; every call validates before it enqueues."""
+
+    def __init__(self, broker_url: str | None = None, result_backend: str | None = None, *,
+                 timeout: float = DEFAULT_TIMEOUT_S, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        broker = broker_url or self.settings.resolved_broker_url()
+        self.timeout = timeout
+        self._app = Celery("memoryd-client", set_as_current=False)
+        self._app.conf.update(
+            broker_url=broker,
+            result_backend=result_backend or self.settings.result_backend or broker,
+            task_serializer="json", result_serializer="json",
+            accept_content=["json"], result_accept_content=["json"],
+            broker_connection_retry_on_startup=True,
+            broker_transport_options={"visibility_timeout": self.settings.visibility_timeout_s},
+        )
+
+    def close(self) -> None:
+        self._app.close()
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- plumbing -------------------------------------------------------------
+    def _send(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T], *,
+              wait: bool, timeout: float | None, queue: str = "memory") -> T | Pending[T]:
+        result = self._app.send_task(name, kwargs=kwargs, queue=queue)
+        pending = Pending(result, convert, self.timeout if timeout is None else timeout)
+        return pending.get() if wait else pending
+
+    def _call(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T],
+              timeout: float | None) -> T:
+        value = self._send(name, kwargs, convert, wait=True, timeout=timeout)
+        assert not isinstance(value, Pending)
+        return value
+
+    # --- memory API -------------------------------------------------------------
+    def store(self, agent_id: str, content: str, *, wait: bool = True,
+              timeout: float | None = None, **fields: Any) -> StoreResult | Pending[StoreResult]:
+        """Store one memory (``role``, ``session_id``, ``key``, ``category``, ``importance``,
+        ``tags``, ``source``, ``metadata``, ``expires_at``, ``created_at``)."""
+        item = check.store_item({"content": content, **fields}, self.settings.max_content_bytes)
+        kwargs = {"agent_id": check.agent_id(agent_id), **_item_json(item)}
+        return self._send("memoryd.store", kwargs, StoreResult.model_validate, wait=wait,
+                          timeout=timeout)
+
+    def store_many(self, agent_id: str, items: Iterable[StoreItem | Mapping[str, Any]], *,
+                   wait: bool = True, timeout: float | None = None
+                   ) -> builtins.list[StoreResult] | Pending[list[StoreResult]]:
+        checked = check.store_items(items, self.settings.max_content_bytes)
+        kwargs = {"agent_id": check.agent_id(agent_id),
+                  "items": [_item_json(item) for item in checked]}
+        return self._send("memoryd.store_many", kwargs, _list_of(StoreResult), wait=wait,
+                          timeout=timeout)
+
+    def recall(self, agent_id: str, query: str, *, limit: int = 10,
+               category: str | None = None, tags: Iterable[str] | None = None,
+               session_id: str | None = None, include_archived: bool = False,
+               mode: str = "fast", timeout: float | None = None) -> builtins.list[Recalled]:
+        if mode not in ("fast", "deep"):
+            raise ValidationError("mode", f"must be 'fast' or 'deep', got {mode!r}")
+        kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
+                  "limit": check.limit(limit), "category": check.category(category),
+                  "tags": list(check.tags(tags)),
+                  "session_id": check.short_text("session_id", session_id),
+                  "include_archived": bool(include_archived), "mode": mode}
+        return self._call("memoryd.recall", kwargs, _list_of(Recalled), timeout)
+
+    def context(self, agent_id: str, query: str, *, limit: int = 10,
+                timeout: float | None = None) -> str:
+        kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
+                  "limit": check.limit(limit)}
+        return self._call("memoryd.context", kwargs, str, timeout)
+
+    def forget(self, agent_id: str, memory_id: UUID | str, *,
+               timeout: float | None = None) -> bool:
+        kwargs = {"agent_id": check.agent_id(agent_id), "memory_id": _uuid(memory_id)}
+        return self._call("memoryd.forget", kwargs, bool, timeout)
+
+    def get(self, agent_id: str, memory_id: UUID | str, *,
+            timeout: float | None = None) -> Memory:
+        kwargs = {"agent_id": check.agent_id(agent_id), "memory_id": _uuid(memory_id)}
+        return self._call("memoryd.get", kwargs, Memory.model_validate, timeout)
+
+    def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
+             offset: int = 0, timeout: float | None = None) -> Page:
+        kwargs = {"agent_id": check.agent_id(agent_id), "category": check.category(category),
+                  "limit": check.limit(limit), "offset": check.offset(offset)}
+        return self._call("memoryd.list", kwargs, Page.model_validate, timeout)
+
+    def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any], *,
+               timeout: float | None = None) -> bool:
+        data = entity.model_dump(mode="json") if isinstance(entity, Entity) else dict(entity)
+        kwargs = {"agent_id": check.agent_id(agent_id), "entity": data}
+        return self._call("memoryd.kg.add", kwargs, bool, timeout)
+
+    def kg_query(self, agent_id: str, start_id: str, depth: int = 2, *,
+                 timeout: float | None = None) -> builtins.list[Entity]:
+        kwargs = {"agent_id": check.agent_id(agent_id),
+                  "start_id": check.short_text("start_id", start_id), "depth": depth}
+        return self._call("memoryd.kg.query", kwargs, _list_of(Entity), timeout)
+
+    def sessions(self, agent_id: str, *, timeout: float | None = None) -> builtins.list[SessionInfo]:
+        return self._call("memoryd.sessions", {"agent_id": check.agent_id(agent_id)},
+                          _list_of(SessionInfo), timeout)
+
+    def run_job(self, job: str, *, agent_id: str | None = None, dry_run: bool = False,
+                params: Mapping[str, Any] | None = None, wait: bool = True,
+                timeout: float | None = None) -> dict[str, Any] | Pending[dict[str, Any]]:
+        """Enqueue maintenance job ``job`` now (queue ``maintenance``)."""
+        from memoryd.config import JOBS
+
+        if job not in JOBS:
+            raise ValidationError("job", f"unknown job {job!r}; one of {JOBS}")
+        kwargs = {"agent_id": check.agent_id(agent_id) if agent_id is not None else None,
+                  "dry_run": bool(dry_run), "params": dict(params or {})}
+        return self._send(f"memoryd.maintenance.{job}", kwargs, dict, wait=wait,
+                          timeout=timeout, queue="maintenance")
+
+    # --- asyncio ------------------------------------------------------------------
+    async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
+        result = await asyncio.to_thread(self.store, agent_id, content, **fields)
+        assert isinstance(result, StoreResult)
+        return result
+
+    async def arecall(self, agent_id: str, query: str, **options: Any) -> builtins.list[Recalled]:
+        return await asyncio.to_thread(self.recall, agent_id, query, **options)
+
+    async def acontext(self, agent_id: str, query: str, **options: Any) -> str:
+        return await asyncio.to_thread(self.context, agent_id, query, **options)
+
+
+def _item_json(item: StoreItem) -> dict[str, Any]:
+    data = item.model_dump(mode="json", exclude_none=True)
+    data["tags"] = list(item.tags)
+    return data
+
+
+def _uuid(value: UUID | str) -> str:
+    try:
+        return str(UUID(str(value)))
+    except ValueError:
+        raise ValidationError("memory_id", f"is not a UUID: {value!r}") from None
+
+
+def _list_of(model: Any) -> Callable[[Any], Any]:
+    return lambda values: [model.model_validate(v) for v in values]

@@ -1,0 +1,67 @@
+"""What every memoryd task shares: the process's store, the retry policy for
+transient errors, and conversion of results to plain JSON."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from celery import Task
+from kombu.exceptions import OperationalError as BrokerOperationalError
+from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from memoryd.errors import NotFound, ValidationError
+
+if TYPE_CHECKING:
+    from memoryd.memory.store import MemoryStore
+
+# Only these are retried: the database or broker was briefly unreachable.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OperationalError, InterfaceError, BrokerOperationalError, ConnectionError,
+)
+
+_store: MemoryStore | None = None
+
+
+def get_store() -> MemoryStore:
+    """The process's store, on the process engine (built on first use)."""
+    global _store  # noqa: PLW0603 - named, resettable process global
+    if _store is None:
+        from memoryd.db.engine import get_engine
+        from memoryd.memory.store import MemoryStore
+
+        _store = MemoryStore(engine=get_engine())
+    return _store
+
+
+def reset_store() -> None:
+    """Drop the store and engine (after fork, or in tests)."""
+    global _store  # noqa: PLW0603
+    from memoryd.db.engine import reset_engine
+
+    _store = None
+    reset_engine()
+
+
+class MemorydTask(Task):  # type: ignore[misc]
+    """Acked late, retried with capped exponential backoff and jitter on transient errors."""
+
+    abstract = True
+    # Caller errors: reported to the client, logged without a traceback.
+    throws = (ValidationError, NotFound)
+    acks_late = True
+    reject_on_worker_lost = True
+    autoretry_for = TRANSIENT_ERRORS
+    retry_backoff = 1
+    retry_backoff_max = 60
+    retry_jitter = True
+    max_retries = 8
+
+
+def dump(value: Any) -> Any:
+    """Plain JSON values from pydantic results (and lists of them)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [dump(item) for item in value]
+    return value
