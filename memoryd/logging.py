@@ -13,7 +13,7 @@ import logging
 import re
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -50,12 +50,14 @@ def _shared_processors() -> list[Any]:
     ]
 
 
-def configure(level: str = "INFO", *, json: bool | None = None, force: bool = False) -> None:
+def configure(level: str = "INFO", *, json: bool | None = None, force: bool = False,
+              stream: TextIO | None = None) -> None:
     """Configure structlog and the stdlib root logger; idempotent unless ``force``."""
     global _configured  # noqa: PLW0603 - configure-once flag
     if _configured and not force:
         return
-    use_json = (not sys.stderr.isatty()) if json is None else json
+    out = stream or sys.stderr
+    use_json = (not out.isatty()) if json is None else json
     renderer: Any = (structlog.processors.JSONRenderer() if use_json
                      else structlog.dev.ConsoleRenderer(colors=False))
     structlog.configure(
@@ -69,7 +71,7 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(out)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -112,8 +112,9 @@ def test_concurrent_identical_stores_from_processes_make_one_row(
     workers = [ctx.Process(target=_store_in_own_process,
                            args=(pg_url, AGENT, content, barrier, results))
                for _ in range(processes)]
-    for worker in workers:
-        worker.start()
+    with override_settings(embed_threads="1"):  # the children inherit this environment
+        for worker in workers:
+            worker.start()
     outcomes = [results.get(timeout=120) for _ in range(processes)]
     for worker in workers:
         worker.join(timeout=60)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from memoryd.memory.classify import HALF_LIFE_DAYS
 from memoryd.types import ScoreComponents
@@ -18,7 +19,7 @@ RRF_K = 60
 
 @dataclass(frozen=True)
 class Candidate:
-    row: Mapping[str, object]
+    row: Mapping[str, Any]
     semantic: float          # cosine similarity, clipped to 0..1
     keyword_raw: float       # ts_rank_cd, unnormalized
     vector_rank: int | None  # 1-based rank among vector candidates
@@ -41,23 +42,23 @@ def components(candidates: Sequence[Candidate], now: datetime) -> list[ScoreComp
         ScoreComponents(
             semantic=max(0.0, min(1.0, c.semantic)),
             keyword=(c.keyword_raw / best_keyword) if best_keyword > 0 else 0.0,
-            recency=recency(c.row["created_at"], str(c.row["category"]), now),  # type: ignore[arg-type]
-            importance=float(c.row["importance"]),  # type: ignore[arg-type]
-            confidence=float(c.row["confidence"]),  # type: ignore[arg-type]
+            recency=recency(c.row["created_at"], str(c.row["category"]), now),
+            importance=float(c.row["importance"]),
+            confidence=float(c.row["confidence"]),
         )
         for c in candidates
     ]
 
 
 def weighted(parts: ScoreComponents, weights: Mapping[str, float]) -> float:
-    return sum(weights[name] * getattr(parts, name) for name in weights)
+    return float(sum(weights[name] * float(getattr(parts, name)) for name in weights))
 
 
 def rrf(candidate: Candidate, parts: ScoreComponents, weights: Mapping[str, float]) -> float:
     """Reciprocal-rank fusion of the two retrievers, plus the weighted priors."""
     fused = sum(1.0 / (RRF_K + rank) for rank in (candidate.vector_rank, candidate.keyword_rank)
                 if rank is not None)
-    priors = sum(weights[name] * getattr(parts, name)
+    priors = sum(weights[name] * float(getattr(parts, name))
                  for name in ("recency", "importance", "confidence"))
     # Scale the fused term to 0..1 (two first places = 2/(k+1)) so priors stay comparable.
     return fused * (RRF_K + 1) / 2 * (weights["semantic"] + weights["keyword"]) + priors

@@ -1,0 +1,162 @@
+"""The ``cortex`` job (every 6 h): forget what went stale, learn from recent sessions.
+
+Three parts, each in its own stats:
+
+- stale cleanup: memories nobody recalled for ``stale_days`` (or since they were
+  stored) with importance <= ``stale_importance`` move to evicted_memories ('stale');
+  decisions and pinned memories never do.
+- session consolidation: recently active sessions of ``consolidate_min`` or more
+  messages get up to ``max_facts`` durable facts extracted by the LLM and stored as
+  ``fact`` memories (source ``session:<id>``); once per session (consolidated_at).
+- session indexing: recently active sessions of ``index_min`` or more messages get a
+  one-or-two sentence gist stored as a ``reflection`` memory keyed
+  ``session-index:<id>`` and as the session's summary; once per session (indexed_at).
+
+Each session's memories and its marker commit in one transaction, after the LLM call:
+an ``LLMUnavailable`` leaves that session untouched for the retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from memoryd.errors import ValidationError
+from memoryd.memory import llm as llm_mod
+from memoryd.memory import writes
+from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_in_batches, job
+from memoryd.memory.maintenance.sessions import LENGTH_SQL, message_contents, session_keys
+from memoryd.memory.maintenance.summarize import (
+    bounded,
+    llm_label,
+    positive,
+    prepare_memories,
+)
+
+FACT_IMPORTANCE = 0.6
+INDEX_IMPORTANCE = 0.5
+
+_STALE = """
+SELECT m.id FROM memories m
+WHERE {scope} AND coalesce(m.last_accessed_at, m.created_at) < :stale_before
+  AND m.importance <= :max_importance AND m.category <> 'decision' AND NOT m.pinned
+ORDER BY m.id
+LIMIT :batch
+"""
+
+
+@dataclass(frozen=True)
+class _Options:
+    stale_before: datetime
+    max_importance: float
+    active_since: datetime
+    consolidate_min: int
+    index_min: int
+    max_facts: int
+
+
+@job("cortex", "Evict stale memories; extract facts from and index recently active sessions.")
+def cortex(ctx: JobContext, stale_days: int = 90, stale_importance: float = 0.3,
+           window_hours: int = 24, consolidate_min: int = 4, index_min: int = 2,
+           max_facts: int = 3) -> JobOutcome:
+    if isinstance(stale_importance, bool) or not isinstance(stale_importance, int | float) \
+            or not 0 <= stale_importance <= 1:
+        raise ValidationError("stale_importance", "must be a number from 0 to 1")
+    opts = _Options(
+        stale_before=ctx.now - timedelta(days=positive("stale_days", stale_days)),
+        max_importance=float(stale_importance),
+        active_since=ctx.now - timedelta(hours=positive("window_hours", window_hours)),
+        consolidate_min=positive("consolidate_min", consolidate_min),
+        index_min=positive("index_min", index_min),
+        max_facts=positive("max_facts", max_facts))
+    llm = ctx.get_llm()
+    stats: dict[str, Any] = {"stale_removed": 0, "facts_extracted": 0, "facts_stored": 0,
+                             "sessions_consolidated": 0, "sessions_indexed": 0,
+                             "llm": llm_label(llm)}
+    stats["stale_removed"], complete = evict_in_batches(
+        ctx, _STALE.format(scope=ctx.agent_clause()),
+        {"agent_id": ctx.agent_id, "stale_before": opts.stale_before,
+         "max_importance": opts.max_importance}, "stale")
+    # Later parts only run once earlier ones finished, so a resumed run picks up in order.
+    if complete:
+        complete = _sweep(ctx, "consolidated_at", opts.consolidate_min, opts, stats,
+                          lambda agent, sid: _consolidate(ctx, llm, agent, sid, opts, stats))
+    if complete:
+        complete = _sweep(ctx, "indexed_at", opts.index_min, opts, stats,
+                          lambda agent, sid: _index(ctx, llm, agent, sid, stats))
+    return JobOutcome(stats, complete)
+
+
+def _sweep(ctx: JobContext, marker: str, min_messages: int, opts: _Options,
+           stats: dict[str, Any], handle: Callable[[str, str], None]) -> bool:
+    """Call ``handle`` for each recently active session of ``min_messages`` or more
+    whose ``marker`` column is unset; in a dry run, count them instead."""
+    where = (f"s.{marker} IS NULL AND s.updated_at >= :active_since "
+             f"AND {LENGTH_SQL} >= :min_messages")
+    params = {"active_since": opts.active_since, "min_messages": min_messages}
+    if ctx.dry_run:
+        with ctx.store.session() as session:
+            n = session.execute(text(
+                f"SELECT count(*) FROM sessions s WHERE {ctx.agent_clause('s')} AND {where}"),
+                {**params, "agent_id": ctx.agent_id}).scalar_one()
+        key = "sessions_consolidated" if marker == "consolidated_at" else "sessions_indexed"
+        stats[key] = int(n)
+        return True
+    for agent_id, session_id in session_keys(ctx, where, params):
+        if ctx.out_of_time():
+            return False
+        handle(agent_id, session_id)
+    return True
+
+
+_CLAIM = """
+UPDATE sessions SET {marker} = :now {extra}
+WHERE agent_id = :agent_id AND session_id = :session_id AND {marker} IS NULL
+"""
+
+
+def _claim(session: Session, ctx: JobContext, agent_id: str, session_id: str, marker: str,
+           summary: str | None = None) -> bool:
+    """Set the once-per-session marker; False if it was already set (nothing to do)."""
+    extra = ", summary = :summary" if summary else ""
+    return bool(session.execute(text(_CLAIM.format(marker=marker, extra=extra)), {
+        "now": ctx.now, "agent_id": agent_id, "session_id": session_id,
+        "summary": summary}).rowcount)
+
+
+def _consolidate(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
+                 opts: _Options, stats: dict[str, Any]) -> None:
+    contents = message_contents(ctx, agent_id, session_id)
+    facts = llm_mod.extract_facts(llm, contents, limit=opts.max_facts)
+    source = bounded(f"session:{session_id}")
+    prepared = prepare_memories(ctx, agent_id, [
+        {"content": fact, "category": "fact", "importance": FACT_IMPORTANCE, "source": source}
+        for fact in facts]) if facts else []
+    with ctx.store.session() as session:
+        if not _claim(session, ctx, agent_id, session_id, "consolidated_at"):
+            return
+        results = writes.write(session, prepared) if prepared else []
+    stats["sessions_consolidated"] += 1
+    stats["facts_extracted"] += len(facts)
+    stats["facts_stored"] += sum(1 for r in results if r.stored)  # the rest were known
+
+
+def _index(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
+           stats: dict[str, Any]) -> None:
+    contents = message_contents(ctx, agent_id, session_id)
+    gist = llm_mod.session_gist(llm, contents)
+    prepared = prepare_memories(ctx, agent_id, [{
+        "content": gist, "category": "reflection", "importance": INDEX_IMPORTANCE,
+        "source": bounded(f"session:{session_id}"),
+        "key": bounded(f"session-index:{session_id}")}]) if gist else []
+    with ctx.store.session() as session:
+        if not _claim(session, ctx, agent_id, session_id, "indexed_at", gist or None):
+            return
+        if prepared:
+            writes.write(session, prepared)
+    stats["sessions_indexed"] += 1

@@ -1,0 +1,165 @@
+"""The ``evict`` and ``expire`` jobs: memories past the retention limits move to
+``evicted_memories`` (restorable with ``base.restore``), never silently deleted.
+
+evict, in this order (so each reason is counted once):
+1. ``age``: idle for more than ``max_age_days`` (counted from the last access, else
+   from creation, so memories agents still recall are kept) and less important than
+   ``min_importance``;
+2. ``low_confidence``: confidence below ``min_confidence``;
+3. ``cap``: per agent, everything past the ``cap`` best memories, best meaning
+   protected first, then most important, then most recent;
+then the evicted copies older than ``retention_days`` are purged for good.
+
+expire removes memories whose ``expires_at`` has passed (reason ``expired``).
+
+Decisions and pinned memories are never removed by either job (they still take up
+slots of an agent's cap). Every step is a bounded batch in its own short transaction;
+a step selects "rows still matching", so a re-run after a crash or a time-out simply
+continues, and a second run in a row finds nothing to do.
+
+This module also holds the small helpers the other maintenance jobs of this family
+(``dedup``, ``decay``) share: the protected-memory predicate and parameter checks.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import text
+
+from memoryd.errors import ValidationError
+from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_in_batches, job
+
+
+def protected(alias: str = "m") -> str:
+    """SQL true for memories no job may remove, expire, merge away or decay."""
+    return f"({alias}.pinned OR {alias}.category = 'decision')"
+
+
+def number(name: str, value: object, low: float, high: float | None = None) -> float:
+    """A numeric job parameter within [low, high]; booleans and NaN are rejected."""
+    ok = (isinstance(value, int | float) and not isinstance(value, bool)
+          and math.isfinite(value) and value >= low and (high is None or value <= high))
+    if not ok:
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValidationError(name, f"must be a number {bounds}, got {value!r}")
+    return float(value)
+
+
+def integer(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValidationError(name, f"must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def check_batch_size(ctx: JobContext) -> None:
+    """A zero batch would never finish a keyset sweep."""
+    integer("batch_size", ctx.batch_size, 1)
+
+
+# --- evict --------------------------------------------------------------------------
+
+_AGE = ("coalesce(m.last_accessed_at, m.created_at) < :age_before "
+        "AND m.importance < :min_importance")
+_LOW_CONFIDENCE = "m.confidence < :min_confidence"
+
+
+def _age_sql(agent: str) -> str:
+    # ORDER BY id makes batches deterministic (the PK index also serves the LIMIT).
+    return f"""SELECT m.id FROM memories m
+        WHERE {agent} AND NOT {protected()} AND {_AGE}
+        ORDER BY m.id LIMIT :batch"""
+
+
+def _low_confidence_sql(agent: str) -> str:
+    # Rows that also qualify by age belong to the age step; excluding them keeps the
+    # dry run's counts disjoint (in a real run they are gone already).
+    return f"""SELECT m.id FROM memories m
+        WHERE {agent} AND NOT {protected()} AND {_LOW_CONFIDENCE} AND NOT ({_AGE})
+        ORDER BY m.id LIMIT :batch"""
+
+
+def _cap_sql(agent: str) -> str:
+    # Rows the first two steps remove do not count towards the cap: a no-op in a real
+    # run, and it makes the dry run's cap count exact.
+    kept = f"({agent} AND ({protected()} OR NOT ({_AGE} OR {_LOW_CONFIDENCE})))"
+    return f"""SELECT r.id FROM (
+            SELECT m.id, {protected()} AS protected,
+                   row_number() OVER (PARTITION BY m.agent_id
+                       ORDER BY {protected()} DESC, m.importance DESC, m.created_at DESC,
+                                m.id DESC) AS rn
+            FROM memories m
+            WHERE {kept} AND m.agent_id IN (
+                SELECT m.agent_id FROM memories m WHERE {kept}
+                GROUP BY m.agent_id HAVING count(*) > :cap)
+        ) r
+        WHERE r.rn > :cap AND NOT r.protected
+        LIMIT :batch"""
+
+
+@job("evict", "Evict old unimportant, low-confidence and over-cap memories; purge evicted "
+     "copies past retention.")
+def evict(ctx: JobContext, max_age_days: float = 30, min_importance: float = 0.2,
+          min_confidence: float = 0.1, cap: int = 10000,
+          retention_days: float = 30) -> JobOutcome:
+    check_batch_size(ctx)
+    params: dict[str, Any] = {
+        "agent_id": ctx.agent_id,
+        "age_before": ctx.now - timedelta(days=number("max_age_days", max_age_days, 0)),
+        "min_importance": number("min_importance", min_importance, 0, 1),
+        "min_confidence": number("min_confidence", min_confidence, 0, 1),
+        "cap": integer("cap", cap, 1),
+    }
+    retention = timedelta(days=number("retention_days", retention_days, 0))
+    agent = ctx.agent_clause()
+    stats: dict[str, Any] = {"age": 0, "low_confidence": 0, "cap": 0, "purged": 0}
+    steps = (("age", _age_sql(agent)), ("low_confidence", _low_confidence_sql(agent)),
+             ("cap", _cap_sql(agent)))
+    for reason, sql in steps:
+        stats[reason], complete = evict_in_batches(ctx, sql, params, reason)
+        if not complete:
+            return JobOutcome(stats, complete=False)
+    stats["purged"], complete = _purge(ctx, ctx.now - retention)
+    return JobOutcome(stats, complete)
+
+
+def _purge(ctx: JobContext, before: Any) -> tuple[int, bool]:
+    """Delete evicted copies older than ``before`` for good, a batch at a time."""
+    select = f"""SELECT e.eviction_id FROM evicted_memories e
+        WHERE e.evicted_at < :before AND {ctx.agent_clause("e")}
+        ORDER BY e.evicted_at LIMIT :batch"""
+    params = {"before": before, "agent_id": ctx.agent_id, "batch": ctx.batch_size}
+    if ctx.dry_run:
+        with ctx.store.session() as session:
+            return int(session.execute(text(
+                f"SELECT count(*) FROM ({select.replace('LIMIT :batch', '')}) s"),
+                params).scalar_one()), True
+    total = 0
+    while True:
+        with ctx.store.session() as session:
+            n = session.execute(text(
+                f"DELETE FROM evicted_memories WHERE eviction_id IN ({select})"),
+                params).rowcount
+        total += n
+        if n < ctx.batch_size:
+            return total, True
+        if ctx.out_of_time():
+            return total, False
+
+
+# --- expire -------------------------------------------------------------------------
+
+
+@job("expire", "Remove memories whose expires_at has passed.")
+def expire(ctx: JobContext) -> JobOutcome:
+    check_batch_size(ctx)
+    # "expires_at IS NOT NULL" lets the planner use the partial index on expires_at.
+    select = f"""SELECT m.id FROM memories m
+        WHERE m.expires_at IS NOT NULL AND m.expires_at <= :now
+          AND {ctx.agent_clause()} AND NOT {protected()}
+        ORDER BY m.expires_at LIMIT :batch"""
+    expired, complete = evict_in_batches(ctx, select, {"now": ctx.now,
+                                                       "agent_id": ctx.agent_id}, "expired")
+    return JobOutcome({"expired": expired}, complete)

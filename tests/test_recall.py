@@ -1,0 +1,311 @@
+"""Hybrid recall on the real PostgreSQL: ranking, score components, filters,
+archiving and expiry, access tracking, recency, fusion modes, both vector plans,
+deep mode without an LLM, and ``context``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from memoryd.config import override_settings
+from memoryd.memory.store import MemoryStore
+from memoryd.types import Recalled
+
+AGENT = "agent-recall"
+
+DISTRACTORS = [
+    "The quarterly budget review is scheduled for next Tuesday afternoon.",
+    "Our team moved the weekly sync to the small meeting room on the third floor.",
+    "The user's sister lives in Lisbon and works as a nurse.",
+    "The staging server was rebooted after the kernel update.",
+    "The user went hiking in the Alps last summer with two friends.",
+    "Invoices are sent to the accounting department at the end of each month.",
+    "The company laptop is a ThinkPad with 32 GB of RAM.",
+    "The cat knocked a glass of water off the kitchen table.",
+]
+TARGET = "The user is allergic to peanuts and must avoid any food containing them."
+QUERY = "Which food allergies does the user have?"
+
+WEIGHTS = {"semantic": 0.50, "keyword": 0.25, "recency": 0.10, "importance": 0.10,
+           "confidence": 0.05}
+
+
+def _seed(store: MemoryStore, agent: str = AGENT) -> None:
+    store.store_many(agent, [{"content": c} for c in [*DISTRACTORS[:4], TARGET,
+                                                      *DISTRACTORS[4:]]])
+
+
+def _weighted(hit: Recalled) -> float:
+    parts = hit.components
+    return sum(weight * getattr(parts, name) for name, weight in WEIGHTS.items())
+
+
+def _set(store: MemoryStore, sql: str, **params: object) -> None:
+    with store.session() as session:
+        session.execute(text(sql), params)
+
+
+def test_relevant_memory_ranks_first_with_consistent_scores(store: MemoryStore) -> None:
+    _seed(store)
+    store.store("agent-other", "The user is allergic to peanuts.")
+
+    hits = store.recall(AGENT, QUERY)
+    assert hits, "recall found nothing"
+    assert hits[0].content == TARGET
+    assert all(hit.memory.agent_id == AGENT for hit in hits)
+    assert len({hit.id for hit in hits}) == len(hits)
+
+    for hit in hits:
+        parts = hit.components
+        for name in WEIGHTS:
+            assert 0.0 <= getattr(parts, name) <= 1.0, (name, parts)
+        assert hit.score == pytest.approx(_weighted(hit), abs=1e-5)
+    scores = [hit.score for hit in hits]
+    assert scores == sorted(scores, reverse=True)
+
+    top = hits[0].components
+    assert top.keyword == pytest.approx(1.0)  # the best keyword match is normalized to 1
+    assert top.semantic > max(hit.components.semantic for hit in hits[1:])
+    assert top.recency == pytest.approx(1.0, abs=1e-3)  # stored just now
+    assert top.confidence == pytest.approx(1.0)
+    assert top.importance == pytest.approx(store.get(AGENT, hits[0].id).importance)
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("What are the user's plans for the budget meeting?", DISTRACTORS[0]),
+    ("Where does the user's sister live?", DISTRACTORS[2]),
+    ("How much memory does the work laptop have?", DISTRACTORS[6]),
+    ("ThinkPad", DISTRACTORS[6]),
+])
+def test_each_relevant_memory_ranks_first(store: MemoryStore, query: str,
+                                          expected: str) -> None:
+    _seed(store)
+    assert store.recall(AGENT, query, limit=3)[0].content == expected
+
+
+def test_limit_is_respected(store: MemoryStore) -> None:
+    _seed(store)
+    assert len(store.recall(AGENT, QUERY, limit=3)) == 3
+    assert len(store.recall(AGENT, QUERY, limit=1)) == 1
+    assert store.recall(AGENT, QUERY, limit=1)[0].content == TARGET
+    assert len(store.recall(AGENT, QUERY, limit=50)) == len(DISTRACTORS) + 1
+
+
+def test_unknown_agent_recalls_nothing(store: MemoryStore) -> None:
+    _seed(store)
+    assert store.recall("nobody", QUERY) == []
+
+
+def test_category_filter(store: MemoryStore) -> None:
+    store.store(AGENT, "We decided to keep all services on Python 3.11.", category="decision")
+    store.store(AGENT, "The user prefers Python over Java.", category="preference")
+    store.store(AGENT, "Python 3.11 was installed on the build server.", category="event")
+
+    hits = store.recall(AGENT, "Python", category="decision")
+    assert [h.content for h in hits] == ["We decided to keep all services on Python 3.11."]
+    hits = store.recall(AGENT, "Python", category="preference")
+    assert [h.memory.category for h in hits] == ["preference"]
+    assert len(store.recall(AGENT, "Python")) == 3
+    assert store.recall(AGENT, "Python", category="task") == []
+
+
+def test_tags_filter_requires_every_tag(store: MemoryStore) -> None:
+    both = store.store(AGENT, "Rotate the API keys for the payment gateway.",
+                       tags=["security", "payments"]).id
+    only_security = store.store(AGENT, "Enable two-factor login for all admins.",
+                                tags=["security"]).id
+    store.store(AGENT, "Refund requests are handled within five days.", tags=["payments"])
+    store.store(AGENT, "The payment gateway contract renews in May.")
+
+    ids = {h.id for h in store.recall(AGENT, "security of payments", tags=["security"])}
+    assert ids == {both, only_security}
+    ids = {h.id for h in store.recall(AGENT, "security of payments",
+                                      tags=["security", "payments"])}
+    assert ids == {both}
+    assert store.recall(AGENT, "payments", tags=["security", "missing"]) == []
+
+
+def test_session_filter(store: MemoryStore) -> None:
+    in_session = store.store(AGENT, "We talked about the trip to Kyoto in April.",
+                             session_id="s-kyoto").id
+    store.store(AGENT, "The trip to Kyoto was booked through the travel agency.",
+                session_id="s-other")
+    store.store(AGENT, "Kyoto has many temples worth visiting.")
+
+    hits = store.recall(AGENT, "trip to Kyoto", session_id="s-kyoto")
+    assert [h.id for h in hits] == [in_session]
+    assert len(store.recall(AGENT, "trip to Kyoto")) == 3
+
+
+def test_archived_excluded_unless_asked_for(store: MemoryStore) -> None:
+    _seed(store)
+    target = store.recall(AGENT, QUERY, limit=1)[0].id
+    _set(store, "UPDATE memories SET archived_at = now() WHERE id = :id", id=target)
+
+    hits = store.recall(AGENT, QUERY, limit=50)
+    assert target not in {h.id for h in hits}
+    assert len(hits) == len(DISTRACTORS)
+
+    hits = store.recall(AGENT, QUERY, include_archived=True)
+    assert hits[0].id == target
+    assert hits[0].memory.archived_at is not None
+    # the keyword retriever alone must not leak it either
+    assert target not in {h.id for h in store.recall(AGENT, "peanuts allergic")}
+
+
+def test_expired_memories_are_never_returned(store: MemoryStore) -> None:
+    _seed(store)
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    expired_on_store = store.store(AGENT, "The user is allergic to shellfish.",
+                                   expires_at=past).id
+    target = store.recall(AGENT, QUERY, limit=1)[0].id
+    _set(store, "UPDATE memories SET expires_at = now() - interval '1 second' WHERE id = :id",
+         id=target)
+    future = store.store(AGENT, "The user is allergic to cats.",
+                         expires_at=datetime.now(UTC) + timedelta(days=1)).id
+
+    for include_archived in (False, True):
+        ids = {h.id for h in store.recall(AGENT, QUERY, limit=50,
+                                          include_archived=include_archived)}
+        assert target not in ids
+        assert expired_on_store not in ids
+        assert future in ids
+    assert expired_on_store not in {h.id for h in store.recall(AGENT, "shellfish")}
+
+
+def test_recall_counts_access_on_returned_rows_only(store: MemoryStore) -> None:
+    _seed(store)
+    before = {m.id: m for m in store.list(AGENT).items}
+    assert all(m.access_count == 0 and m.last_accessed_at is None for m in before.values())
+
+    hits = store.recall(AGENT, QUERY, limit=2)
+    returned = {h.id for h in hits}
+    assert len(returned) == 2
+    after = {m.id: m for m in store.list(AGENT).items}
+    for memory_id, memory in after.items():
+        if memory_id in returned:
+            assert memory.access_count == 1
+            assert memory.last_accessed_at is not None
+        else:
+            assert memory.access_count == 0
+            assert memory.last_accessed_at is None
+
+    store.recall(AGENT, QUERY, limit=2)
+    assert store.get(AGENT, hits[0].id).access_count == 2
+
+
+def test_recency_decays_by_category_half_life(store: MemoryStore) -> None:
+    old = datetime.now(UTC) - timedelta(days=60)
+    store.store(AGENT, "The office wifi network is called Falcon.", category="fact",
+                created_at=old)
+    store.store(AGENT, "We decided the office wifi network stays on WPA3.",
+                category="decision", created_at=old - timedelta(days=300))
+    store.store(AGENT, "The office wifi password changed today.", category="fact")
+    store.store(AGENT, "Fix the office wifi router this week.", category="task",
+                created_at=datetime.now(UTC) - timedelta(days=7))
+
+    recency = {h.content: h.components.recency
+               for h in store.recall(AGENT, "office wifi network")}
+    assert recency["The office wifi network is called Falcon."] == pytest.approx(0.25, abs=1e-3)
+    assert recency["We decided the office wifi network stays on WPA3."] == 1.0
+    assert recency["The office wifi password changed today."] == pytest.approx(1.0, abs=1e-3)
+    assert recency["Fix the office wifi router this week."] == pytest.approx(0.5, abs=1e-3)
+
+
+RRF_FLAW = ("RRF with k=60 barely separates the top ranks (rank 1+1 scores 0.750, rank 4+2 "
+            "0.727 of the 0.75 relevance share), so a 0.3 importance gap (0.03) outweighs being "
+            "first in both retrievers: the allergy memory (importance 0.73) beats the sister "
+            "memory (0.43) that both retrievers ranked first. See scoring.rrf.")
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    (QUERY, TARGET),
+    ("peanut allergy", TARGET),
+    ("How much memory does the work laptop have?", DISTRACTORS[6]),
+    ("Where did the user go hiking?", DISTRACTORS[4]),
+    pytest.param("Where does the user's sister live?", DISTRACTORS[2],
+                 marks=pytest.mark.xfail(strict=True, reason=RRF_FLAW)),
+])
+def test_rrf_fusion_ranks_relevant_first(store: MemoryStore, pg_url: str, query: str,
+                                         expected: str) -> None:
+    _seed(store)
+    with override_settings(recall_fusion="rrf"):
+        rrf_store = MemoryStore(pg_url)
+    try:
+        assert rrf_store.settings.recall_fusion == "rrf"
+        hits = rrf_store.recall(AGENT, query)
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+        # the score is not the weighted blend in this mode
+        assert any(abs(h.score - _weighted(h)) > 1e-3 for h in hits)
+        assert hits[0].content == expected
+    finally:
+        rrf_store.engine.dispose()
+
+
+def test_hnsw_plan_finds_the_relevant_memory(store: MemoryStore, pg_url: str) -> None:
+    for i in range(3):  # other agents' rows share the HNSW index
+        store.store_many(f"neighbour-{i}", [{"content": c} for c in [TARGET, *DISTRACTORS]])
+    _seed(store)
+    with override_settings(recall_exact_threshold="0"):
+        hnsw_store = MemoryStore(pg_url)
+    try:
+        hits = hnsw_store.recall(AGENT, QUERY, limit=5)
+        assert hnsw_store._sizes._seen[AGENT][1] is True  # the large-agent (HNSW) plan
+        assert hits[0].content == TARGET
+        assert len(hits) == 5
+        assert all(h.memory.agent_id == AGENT for h in hits)
+        assert hnsw_store.recall(AGENT, "How much memory does the work laptop have?",
+                                 limit=3)[0].content == DISTRACTORS[6]
+        exact = [h.id for h in store.recall(AGENT, QUERY, limit=5)]
+        assert [h.id for h in hits][:1] == exact[:1]
+    finally:
+        hnsw_store.engine.dispose()
+
+
+def test_deep_mode_without_llm_matches_fast_mode(store: MemoryStore) -> None:
+    from memoryd.memory import llm as llm_mod
+
+    assert llm_mod.is_fallback(llm_mod.get_llm()), "an LLM is configured in the test env"
+    _seed(store)
+    fast = store.recall(AGENT, QUERY, limit=5)
+    deep = store.recall(AGENT, QUERY, limit=5, mode="deep")
+    assert [h.id for h in deep] == [h.id for h in fast]
+    assert deep[0].content == TARGET
+
+
+def test_context_groups_by_category(store: MemoryStore) -> None:
+    store.store(AGENT, "The user prefers tea over coffee.", category="preference")
+    store.store(AGENT, "We decided to order tea for the office kitchen.", category="decision")
+    store.store(AGENT, "The user drinks green tea every morning.", category="preference")
+    store.store(AGENT, "Tea  supplies\nrun out on Fridays.", category="fact")
+
+    block = store.context(AGENT, "tea")
+    lines = block.splitlines()
+    assert lines[0] == "## Relevant memories"
+    headings = [line for line in lines if line.startswith("### ")]
+    assert sorted(headings) == ["### Decision", "### Fact", "### Preference"]
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for line in lines[1:]:
+        if line.startswith("### "):
+            current = line[4:]
+            sections[current] = []
+        else:
+            assert line.startswith("- "), line
+            sections[current].append(line)
+    assert len(sections["Preference"]) == 2
+    assert all("tea" in line for line in sections["Preference"])
+    assert sections["Decision"][0].startswith("- We decided to order tea for the office kitchen.")
+    # whitespace inside a memory is normalized so each memory stays on one line
+    assert sections["Fact"][0].startswith("- Tea supplies run out on Fridays. (")
+    created = store.list(AGENT, category="fact").items[0].created_at.date().isoformat()
+    assert sections["Fact"][0].endswith(f"({created})")
+
+
+def test_context_is_empty_without_memories(store: MemoryStore) -> None:
+    assert store.context(AGENT, "anything at all") == ""
+    store.store("someone-else", "A memory of another agent.")
+    assert store.context(AGENT, "memory of another agent") == ""
