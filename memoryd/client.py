@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -26,6 +27,7 @@ from memoryd.types import Entity, Memory, Page, Recalled, SessionInfo, StoreItem
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
+MAX_KG_DEPTH = 6  # memoryd.memory.graph.MAX_DEPTH (not imported: the client stays thin)
 
 
 class Pending(Generic[T]):
@@ -36,28 +38,36 @@ class Pending(Generic[T]):
         self._result = result
         self._convert = convert
         self._timeout = timeout
+        # The outcome, kept once fetched: the backend's copy is forgotten right away.
+        self._outcome: tuple[T] | MemorydError | None = None
 
     @property
     def id(self) -> str:
         return str(self._result.id)
 
     def ready(self) -> bool:
-        return bool(self._result.ready())
+        return self._outcome is not None or bool(self._result.ready())
 
     def get(self, timeout: float | None = None) -> T:
-        wait = self._timeout if timeout is None else timeout
+        if self._outcome is None:
+            self._outcome = self._fetch(self._timeout if timeout is None else timeout)
+        if isinstance(self._outcome, MemorydError):
+            raise self._outcome
+        return self._outcome[0]
+
+    def _fetch(self, wait: float) -> tuple[T] | MemorydError:
         try:
             value = self._result.get(timeout=wait, propagate=True, disable_sync_subtasks=False)
         except CeleryTimeoutError:
             raise MemorydTimeoutError(
                 f"job {self.id} did not finish within {wait:g} s") from None
-        except MemorydError:
-            raise
+        except MemorydError as exc:
+            return exc
         except Exception as exc:  # rebuilt from the worker: never leak Celery internals
-            raise WorkerError(f"{type(exc).__name__}: {exc}") from None
+            return WorkerError(f"{type(exc).__name__}: {exc}")
         finally:
             self._result.forget() if self._result.ready() else None
-        return self._convert(value)
+        return (self._convert(value),)
 
 
 class MemoryClient:
@@ -157,17 +167,22 @@ class MemoryClient:
 
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any], *,
                timeout: float | None = None) -> bool:
-        data = entity.model_dump(mode="json") if isinstance(entity, Entity) else dict(entity)
-        kwargs = {"agent_id": check.agent_id(agent_id), "entity": data}
+        kwargs = {"agent_id": check.agent_id(agent_id), "entity": _entity_json(entity)}
         return self._call("memoryd.kg.add", kwargs, bool, timeout)
 
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2, *,
                  timeout: float | None = None) -> builtins.list[Entity]:
-        kwargs = {"agent_id": check.agent_id(agent_id),
-                  "start_id": check.short_text("start_id", start_id), "depth": depth}
+        if isinstance(depth, bool) or not isinstance(depth, int) \
+                or not 0 <= depth <= MAX_KG_DEPTH:
+            raise ValidationError("depth", f"must be an integer from 0 to {MAX_KG_DEPTH}")
+        start = check.short_text("start_id", start_id)
+        if start is None:
+            raise ValidationError("start_id", "must be a non-empty string")
+        kwargs = {"agent_id": check.agent_id(agent_id), "start_id": start, "depth": depth}
         return self._call("memoryd.kg.query", kwargs, _list_of(Entity), timeout)
 
-    def sessions(self, agent_id: str, *, timeout: float | None = None) -> builtins.list[SessionInfo]:
+    def sessions(self, agent_id: str, *,
+                 timeout: float | None = None) -> builtins.list[SessionInfo]:
         return self._call("memoryd.sessions", {"agent_id": check.agent_id(agent_id)},
                           _list_of(SessionInfo), timeout)
 
@@ -179,8 +194,10 @@ class MemoryClient:
 
         if job not in JOBS:
             raise ValidationError("job", f"unknown job {job!r}; one of {JOBS}")
+        if params is not None and not isinstance(params, Mapping):
+            raise ValidationError("params", "must be a mapping of job parameters")
         kwargs = {"agent_id": check.agent_id(agent_id) if agent_id is not None else None,
-                  "dry_run": bool(dry_run), "params": dict(params or {})}
+                  "dry_run": bool(dry_run), "params": _json_object("params", params or {})}
         return self._send(f"memoryd.maintenance.{job}", kwargs, dict, wait=wait,
                           timeout=timeout, queue="maintenance")
 
@@ -201,6 +218,25 @@ def _item_json(item: StoreItem) -> dict[str, Any]:
     data = item.model_dump(mode="json", exclude_none=True)
     data["tags"] = list(item.tags)
     return data
+
+
+def _entity_json(entity: Entity | Mapping[str, Any]) -> dict[str, Any]:
+    """The entity as JSON; its id is checked here, the rest again by the worker."""
+    if isinstance(entity, Entity):
+        return entity.model_dump(mode="json")
+    if not isinstance(entity, Mapping):
+        raise ValidationError("entity", "must be an Entity or a mapping")
+    if check.short_text("entity.id", entity.get("id")) is None:
+        raise ValidationError("entity.id", "is required")
+    return _json_object("entity", entity)
+
+
+def _json_object(field: str, value: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
+    return dict(value)
 
 
 def _uuid(value: UUID | str) -> str:

@@ -24,6 +24,15 @@ def _no_control_chars(field: str, value: str) -> None:
     for ch in value:
         if unicodedata.category(ch) == "Cc":
             raise ValidationError(field, f"contains control character {ch!r}")
+    _no_surrogates(field, value)
+
+
+def _no_surrogates(field: str, value: str) -> None:
+    """PostgreSQL (and the tokenizer) only take valid UTF-8: no lone surrogates."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "contains a lone surrogate (not valid Unicode)") from None
 
 
 def agent_id(value: object) -> str:
@@ -51,7 +60,8 @@ def content(value: object, max_bytes: int) -> str:
         raise ValidationError("content", "must be a non-empty string")
     if "\x00" in value:
         raise ValidationError("content", "contains a NUL byte")
-    size = len(value.encode("utf-8", errors="surrogatepass"))
+    _no_surrogates("content", value)
+    size = len(value.encode("utf-8"))
     if size > max_bytes:
         raise ValidationError("content", f"is {size} bytes, at most {max_bytes}")
     return value
@@ -62,6 +72,7 @@ def query(value: object) -> str:
         raise ValidationError("query", "must be a non-empty string")
     if "\x00" in value:
         raise ValidationError("query", "contains a NUL byte")
+    _no_surrogates("query", value)
     if len(value) > MAX_QUERY_CHARS:
         raise ValidationError("query", f"is {len(value)} characters, at most {MAX_QUERY_CHARS}")
     return value
@@ -122,11 +133,12 @@ def metadata(value: object) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         raise ValidationError("metadata", "must be a JSON object")
     try:
-        text = json.dumps(dict(value), allow_nan=False)
+        text = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError("metadata", f"is not JSON-serializable: {exc}") from None
-    if "\\u0000" in text:
+    if "\\u0000" in text:  # json escapes control characters even without ensure_ascii
         raise ValidationError("metadata", "contains a NUL character")
+    _no_surrogates("metadata", text)
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 

@@ -81,6 +81,7 @@ def redis_url(redis_server: EmbeddedRedis) -> str:
 # Each worker gets its own Redis database number so tests cannot see each other's
 # queues; agents are uuid-named so worker tests never depend on truncation.
 
+import contextlib as _contextlib  # noqa: E402
 import signal as _signal  # noqa: E402
 import subprocess as _subprocess  # noqa: E402
 import sys as _sys  # noqa: E402
@@ -104,7 +105,6 @@ def memoryd_env(pg_url: str, broker_url: str, **extra: str) -> dict[str, str]:
         "MEMORYD_DATABASE_URL": pg_url,
         "MEMORYD_BROKER_URL": broker_url,
         "MEMORYD_DATA_DIR": os.environ["MEMORYD_DATA_DIR"],
-        "PYTHONUNBUFFERED": "1",
     })
     env.update(extra)
     return env
@@ -158,10 +158,8 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group: the worker and its pool children die at once."""
-        try:
+        with _contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, _signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(10)
         self._log.close()
 
@@ -169,10 +167,8 @@ class WorkerProcess:
         """SIGTERM (Celery's warm shutdown), wait, then SIGKILL the group."""
         if self.proc.poll() is None:
             self.proc.send_signal(_signal.SIGTERM)
-            try:
+            with _contextlib.suppress(_subprocess.TimeoutExpired):
                 self.proc.wait(grace)
-            except _subprocess.TimeoutExpired:
-                pass
         self.kill()
 
 
@@ -235,3 +231,10 @@ def spawn_worker(pg_url: str, redis_url: str, tmp_path: Path
     yield spawn
     for process in started:
         process.stop(grace=5.0)
+
+
+@pytest.fixture(scope="session")
+def service_env(pg_url: str, worker_broker_url: str) -> dict[str, str]:
+    """Environment for ``python -m memoryd`` subprocesses: the test database and the
+    session worker's broker."""
+    return memoryd_env(pg_url, worker_broker_url)

@@ -265,6 +265,28 @@ def test_hnsw_plan_finds_the_relevant_memory(store: MemoryStore, pg_url: str) ->
         hnsw_store.engine.dispose()
 
 
+def test_hnsw_plan_accepts_the_largest_limit(store: MemoryStore, pg_url: str) -> None:
+    """limit=1000 over-fetches 3000 candidates; pgvector's ef_search stops at 1000."""
+    _seed(store)
+    with override_settings(recall_exact_threshold="0"):
+        hnsw_store = MemoryStore(pg_url)
+    try:
+        hits = hnsw_store.recall(AGENT, QUERY, limit=1000)
+        assert len(hits) == len(DISTRACTORS) + 1
+        assert hits[0].content == TARGET
+    finally:
+        hnsw_store.engine.dispose()
+
+
+@pytest.mark.parametrize("query", ["the", "a", "?!", "of the and", "x y z"])
+def test_queries_without_keywords_still_recall_by_meaning(store: MemoryStore,
+                                                         query: str) -> None:
+    _seed(store)
+    hits = store.recall(AGENT, query, limit=3)
+    assert len(hits) == 3
+    assert all(h.components.keyword == 0.0 for h in hits)
+
+
 def test_deep_mode_without_llm_matches_fast_mode(store: MemoryStore) -> None:
     from memoryd.memory import llm as llm_mod
 

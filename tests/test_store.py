@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
 from memoryd.config import override_settings
 from memoryd.errors import NotFound, ValidationError
@@ -221,10 +222,10 @@ def test_store_many_with_an_oversized_item_writes_nothing(store: MemoryStore,
 def test_store_many_is_one_transaction_on_database_errors(store: MemoryStore) -> None:
     """A failure inside the write (here a CHECK violation) rolls back the whole batch."""
     with store.session() as session:
-        session.execute(text(
-            "ALTER TABLE memories ADD CONSTRAINT test_no_poison CHECK (content NOT LIKE '%poison%')"))
+        session.execute(text("ALTER TABLE memories ADD CONSTRAINT test_no_poison "
+                             "CHECK (content NOT LIKE '%poison%')"))
     try:
-        with pytest.raises(Exception, match="test_no_poison"):
+        with pytest.raises(IntegrityError, match="test_no_poison"):
             store.store_many(AGENT, [
                 {"content": "First memory of the batch.", "session_id": "s-batch"},
                 {"content": "This one is poison."},

@@ -49,10 +49,13 @@ def parse_entity(raw: Entity | Mapping[str, Any]) -> Entity:
         if target is None or rel_type is None:
             raise ValidationError(f"entity.relations[{index}]", "needs target and type")
         parsed.append(Relation(target=target, type=rel_type))
-    try:
-        json.dumps(dict(attributes))
+    try:  # jsonb takes neither NaN, NUL nor lone surrogates (UnicodeEncodeError is a ValueError)
+        encoded = json.dumps(dict(attributes), allow_nan=False, ensure_ascii=False)
+        encoded.encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValidationError("entity.attributes", f"is not JSON-serializable: {exc}") from None
+    if "\\u0000" in encoded:
+        raise ValidationError("entity.attributes", "contains a NUL character")
     return Entity(id=entity_id, type=entity_type, attributes=dict(attributes), relations=parsed)
 
 
@@ -65,8 +68,9 @@ def add(session: Session, agent_id: str, entity: Entity) -> bool:
         INSERT INTO kg_entities (agent_id, entity_id, type, attributes)
         VALUES (:a, :id, :type, CAST(:attrs AS jsonb))
         ON CONFLICT (agent_id, entity_id) DO UPDATE
-        SET type = EXCLUDED.type, attributes = kg_entities.attributes || EXCLUDED.attributes,
-            updated_at = now()
+        SET type = CASE WHEN EXCLUDED.type = 'entity' THEN kg_entities.type
+                        ELSE EXCLUDED.type END,  -- an update without a type keeps the known one
+            attributes = kg_entities.attributes || EXCLUDED.attributes, updated_at = now()
         RETURNING (xmax = 0) AS inserted
     """), {"a": agent_id, "id": entity.id, "type": entity.type,
            "attrs": json.dumps(entity.attributes)}).scalar_one()

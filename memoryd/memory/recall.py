@@ -95,7 +95,8 @@ def candidates(session: Session, agent_id: str, query_vector: str, query: str,
     """Up to ``per_retriever`` candidates from each index, merged, with raw components."""
     tsq = tsquery_text(query)
     if large_agent:
-        session.execute(text(f"SET LOCAL hnsw.ef_search = {int(ef_search)}"))
+        # pgvector caps ef_search at 1000; the iterative scan goes on past it if needed.
+        session.execute(text(f"SET LOCAL hnsw.ef_search = {min(int(ef_search), 1000)}"))
         session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     distance = "m.embedding <=> CAST(:qv AS vector)"

@@ -20,7 +20,7 @@ def select_list(alias: str = "m") -> str:
     return ", ".join(f"{alias}.{col}" for col in MEMORY_COLUMNS)
 
 
-def to_memory(row: Mapping[str, Any]) -> Memory:
+def to_memory(row: Mapping[Any, Any]) -> Memory:
     data = {col: row[col] for col in MEMORY_COLUMNS}
     data["tags"] = tuple(data["tags"] or ())
     data["metadata"] = data["metadata"] or {}

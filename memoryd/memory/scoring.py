@@ -19,7 +19,7 @@ RRF_K = 60
 
 @dataclass(frozen=True)
 class Candidate:
-    row: Mapping[str, Any]
+    row: Mapping[Any, Any]
     semantic: float          # cosine similarity, clipped to 0..1
     keyword_raw: float       # ts_rank_cd, unnormalized
     vector_rank: int | None  # 1-based rank among vector candidates

@@ -99,7 +99,10 @@ class MemoryStore:
     # --- writing ----------------------------------------------------------------
     def store(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
         """Store one memory; an identical content for this agent is a duplicate."""
-        return self.store_many(agent_id, [{"content": content, **fields}])[0]
+        agent = check.agent_id(agent_id)
+        # Validated here too so errors name the argument (``content``), not ``items[0].content``.
+        item = check.store_item({"content": content, **fields}, self.settings.max_content_bytes)
+        return self.store_many(agent, [item])[0]
 
     def store_many(self, agent_id: str,
                    items: Iterable[StoreItem | Mapping[str, Any]]) -> builtins.list[StoreResult]:
@@ -271,6 +274,7 @@ class MemoryStore:
     def forget_agent(self, agent_id: str, batch_size: int = 5000) -> int:
         """Delete everything the agent has, in bounded batches. Returns memories deleted."""
         agent = check.agent_id(agent_id)
+        check.limit(batch_size, "batch_size", high=1_000_000)  # 0 would loop forever
         deleted = 0
         while True:
             with self.session() as session:

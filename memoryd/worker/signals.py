@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from celery import signals
 
 from memoryd import logging as mlog
+from memoryd.config import reset_settings
 
 
 @signals.setup_logging.connect
@@ -14,6 +16,16 @@ def _setup_logging(loglevel: Any = None, **_: Any) -> None:
     # Connecting this signal stops Celery from configuring logging its own way.
     level = loglevel if isinstance(loglevel, str) else "INFO"
     mlog.configure(level=level, force=True)
+
+
+@signals.worker_init.connect
+def _share_cores(sender: Any = None, **_: Any) -> None:
+    # N prefork children each running onnxruntime on every core would thrash:
+    # give each child its share of the cores unless the operator chose.
+    processes = int(getattr(sender, "concurrency", 0) or 0)
+    if processes > 1 and not os.environ.get("MEMORYD_EMBED_THREADS"):
+        os.environ["MEMORYD_EMBED_THREADS"] = str(max(1, (os.cpu_count() or 1) // processes))
+        reset_settings()
 
 
 @signals.worker_process_init.connect

@@ -175,10 +175,11 @@ def _insert_run(store: MemoryStore, job_name: str, agent_id: str | None, dry_run
 
 def _finish_run(store: MemoryStore, run_id: int, status: str, stats: Mapping[str, Any],
                 error: str | None) -> None:
+    # Merged into, not replacing, what the job wrote: a failed run keeps its checkpoint.
     with store.session() as session:
         session.execute(text("""
             UPDATE maintenance_runs SET status = :status, finished_at = now(),
-                   stats = CAST(:stats AS jsonb), error = :error
+                   stats = stats || CAST(:stats AS jsonb), error = :error
             WHERE id = :id
         """), {"id": run_id, "status": status, "stats": json.dumps(stats, default=str),
                "error": error})

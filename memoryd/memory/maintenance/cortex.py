@@ -117,6 +117,7 @@ def _sweep(ctx: JobContext, marker: str, min_messages: int, opts: _Options,
 _CLAIM = """
 UPDATE sessions SET {marker} = :now {extra}
 WHERE agent_id = :agent_id AND session_id = :session_id AND {marker} IS NULL
+RETURNING 1
 """
 
 
@@ -124,9 +125,9 @@ def _claim(session: Session, ctx: JobContext, agent_id: str, session_id: str, ma
            summary: str | None = None) -> bool:
     """Set the once-per-session marker; False if it was already set (nothing to do)."""
     extra = ", summary = :summary" if summary else ""
-    return bool(session.execute(text(_CLAIM.format(marker=marker, extra=extra)), {
+    return session.execute(text(_CLAIM.format(marker=marker, extra=extra)), {
         "now": ctx.now, "agent_id": agent_id, "session_id": session_id,
-        "summary": summary}).rowcount)
+        "summary": summary}).first() is not None
 
 
 def _consolidate(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,

@@ -40,12 +40,11 @@ def protected(alias: str = "m") -> str:
 
 def number(name: str, value: object, low: float, high: float | None = None) -> float:
     """A numeric job parameter within [low, high]; booleans and NaN are rejected."""
-    ok = (isinstance(value, int | float) and not isinstance(value, bool)
-          and math.isfinite(value) and value >= low and (high is None or value <= high))
-    if not ok:
-        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValidationError(name, f"must be a number {bounds}, got {value!r}")
-    return float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and math.isfinite(value) and value >= low and (high is None or value <= high):
+        return float(value)
+    bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+    raise ValidationError(name, f"must be a number {bounds}, got {value!r}")
 
 
 def integer(name: str, value: object, low: int) -> int:
@@ -139,9 +138,9 @@ def _purge(ctx: JobContext, before: Any) -> tuple[int, bool]:
     total = 0
     while True:
         with ctx.store.session() as session:
-            n = session.execute(text(
-                f"DELETE FROM evicted_memories WHERE eviction_id IN ({select})"),
-                params).rowcount
+            result: Any = session.execute(text(
+                f"DELETE FROM evicted_memories WHERE eviction_id IN ({select})"), params)
+            n = int(result.rowcount)
         total += n
         if n < ctx.batch_size:
             return total, True

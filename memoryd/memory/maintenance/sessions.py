@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
@@ -130,14 +130,23 @@ def message_contents(ctx: JobContext, agent_id: str, session_id: str, *, limit: 
             "chars": chars}).scalars()]
 
 
+class _Row(NamedTuple):
+    messages: list[Any]
+    stored_count: int  # the message_count column
+    is_list: bool  # False for a hand-written object or scalar in place of the list
+
+
 def _read_messages(session: Session, agent_id: str, session_id: str,
-                   lock: bool = False) -> tuple[list[Any], int] | None:
+                   lock: bool = False) -> _Row | None:
     row = session.execute(text(
         "SELECT messages, message_count FROM sessions "
         "WHERE agent_id = :agent_id AND session_id = :session_id"
         + (" FOR UPDATE" if lock else "")),
         {"agent_id": agent_id, "session_id": session_id}).first()
-    return None if row is None else (message_list(row.messages), int(row.message_count))
+    if row is None:
+        return None
+    return _Row(message_list(row.messages), int(row.message_count),
+                isinstance(row.messages, list))
 
 
 _WRITE_SESSION = """
@@ -217,10 +226,10 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
                  opts: _CompactOptions, stats: dict[str, Any]) -> None:
     with ctx.store.session() as session:
         read = _read_messages(session, agent_id, session_id)
-    if read is None or len(read[0]) < opts.min_len:
+    if read is None or len(read.messages) < opts.min_len:
         return
-    split = len(read[0]) - opts.keep
-    older = read[0][:split]
+    split = len(read.messages) - opts.keep
+    older = read.messages[:split]
     # Every LLM call happens before any write: LLMUnavailable leaves the session as it was.
     content = _summary_text(ctx, llm, agent_id, older, opts)
     prepared = prepare_memories(ctx, agent_id, [{
@@ -229,12 +238,13 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
         "metadata": {"summarized_messages": len(older)}}])
     with ctx.store.session() as session:
         current = _read_messages(session, agent_id, session_id, lock=True)
-        if current is None or current[0][:split] != older:
+        if current is None or current.messages[:split] != older:
             stats["skipped"] += 1  # rewritten meanwhile (forget, repair): next sweep
             return
         summary_id = str(write(session, prepared)[0].id)
         ts = _ts_text(older[-1]) or ctx.now.isoformat()  # sorts before the kept messages
-        messages = [session_refs.message_ref(summary_id, "system", ts), *current[0][split:]]
+        messages = [session_refs.message_ref(summary_id, "system", ts),
+                    *current.messages[split:]]
         _write_session(session, agent_id, session_id, messages, "compacted_at", ctx.now)
     stats["compacted"] += 1
     stats["summarized"] += len(older)
@@ -443,6 +453,7 @@ class _Counts:
     truncated: int = 0
     truncate_skipped: int = 0
     recounted: int = 0  # message_count was wrong
+    malformed: int = 0  # messages was not a JSON list
 
     def add(self, other: _Counts) -> None:
         for f in fields(self):
@@ -454,15 +465,19 @@ class _Counts:
 
 @dataclass
 class _Plan:
-    original: list[Any]
+    row: _Row  # the session as read
     refs: list[dict[str, Any]]  # after phases 1, 2, 4 and 5
     counts: _Counts
     merges: list[_Merge] = field(default_factory=list)
     truncations: list[_Truncation] = field(default_factory=list)
 
-    def changes(self, count: int) -> bool:
+    @property
+    def original(self) -> list[Any]:
+        return self.row.messages
+
+    def changes(self) -> bool:
         final = without_merged(self.refs, self.merges)
-        return (final != self.original or count != len(self.original)
+        return (final != self.original or bool(self.counts.recounted or self.counts.malformed)
                 or bool(self.merges or self.truncations))
 
 
@@ -529,13 +544,17 @@ def _last_complete_sweep(ctx: JobContext) -> datetime | None:
 
 def _repair_one(ctx: JobContext, agent_id: str, session_id: str, max_bytes: int,
                 totals: _RepairTotals) -> None:
-    plan, count = _plan_repair(ctx, agent_id, session_id, max_bytes)
-    if plan is None or not plan.changes(count):
+    plan = _plan_repair(ctx, agent_id, session_id, max_bytes)
+    if plan is None:
+        return
+    if not plan.changes():
+        # Nothing to rewrite, but a merge or cut that had to be skipped is still news.
+        totals.counts.merge_skipped += plan.counts.merge_skipped
+        totals.counts.truncate_skipped += plan.counts.truncate_skipped
         return
     if ctx.dry_run:
         plan.counts.merged = sum(len(m.others) for m in plan.merges)
         plan.counts.truncated = len(plan.truncations)
-        plan.counts.recounted = int(count != len(plan.original))
         totals.counts.add(plan.counts)
         totals.sessions_repaired += 1
         return
@@ -548,22 +567,22 @@ def _repair_one(ctx: JobContext, agent_id: str, session_id: str, max_bytes: int,
 
 
 def _plan_repair(ctx: JobContext, agent_id: str, session_id: str,
-                 max_bytes: int) -> tuple[_Plan | None, int]:
+                 max_bytes: int) -> _Plan | None:
     with ctx.store.session() as session:
-        read = _read_messages(session, agent_id, session_id)
-        if read is None:
-            return None, 0
-        original, count = read
-        existing = _memory_info(session, agent_id, original)
-    counts = _Counts()
-    refs, counts.missing_id = drop_missing_ids(original)
+        row = _read_messages(session, agent_id, session_id)
+        if row is None:
+            return None
+        existing = _memory_info(session, agent_id, row.messages)
+    counts = _Counts(recounted=int(row.stored_count != len(row.messages)),
+                     malformed=int(not row.is_list))
+    refs, counts.missing_id = drop_missing_ids(row.messages)
     refs, counts.duplicates = drop_duplicates(refs)
     refs, counts.orphans = drop_orphans(refs, existing)
     refs, counts.reordered = sort_by_ts(refs)
-    plan = _Plan(original, refs, counts)
+    plan = _Plan(row, refs, counts)
     plan.merges = _plan_merges(ctx, agent_id, merge_runs(refs, existing), counts)
     plan.truncations = _plan_truncations(ctx, agent_id, plan, existing, max_bytes)
-    return plan, count
+    return plan
 
 
 def _memory_info(session: Session, agent_id: str, messages: Sequence[Any]) -> dict[str, _Memory]:
@@ -655,7 +674,7 @@ def _write_repair(ctx: JobContext, agent_id: str, session_id: str, plan: _Plan) 
     changed other than by appends since it was read."""
     with ctx.store.session() as session:
         current = _read_messages(session, agent_id, session_id, lock=True)
-        if current is None or current[0][:len(plan.original)] != plan.original:
+        if current is None or current.messages[:len(plan.original)] != plan.original:
             return False
         applied = [m for m in plan.merges if _apply_merge(session, ctx, agent_id, m)]
         truncated = sum(_apply_truncation(session, ctx, agent_id, t) for t in plan.truncations)
@@ -663,11 +682,12 @@ def _write_repair(ctx: JobContext, agent_id: str, session_id: str, plan: _Plan) 
         plan.counts.merge_skipped += len(plan.merges) - len(applied)
         plan.counts.truncated = truncated
         plan.counts.truncate_skipped += len(plan.truncations) - truncated
-        plan.counts.recounted = int(current[1] != len(current[0]))
         # Messages appended since the plan was read are kept as they are; the next sweep
         # checks them (the append moved updated_at past this run's start).
-        messages = [*without_merged(plan.refs, applied), *current[0][len(plan.original):]]
-        if messages != current[0] or current[1] != len(messages) or applied or truncated:
+        messages = [*without_merged(plan.refs, applied),
+                    *current.messages[len(plan.original):]]
+        if (messages != current.messages or current.stored_count != len(messages)
+                or not current.is_list or applied or truncated):
             _write_session(session, agent_id, session_id, messages, "repaired_at", ctx.now)
     return True
 

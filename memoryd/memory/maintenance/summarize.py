@@ -57,7 +57,10 @@ def prepare_memories(ctx: JobContext, agent_id: str,
     """Validate and embed memories outside any transaction (embedding is the slow part),
     so the job can then write them with ``writes.write`` in the same short transaction
     as its own bookkeeping: the same checks and dedup as ``MemoryStore.store``."""
-    checked = check.store_items(items, ctx.store.settings.max_content_bytes)
+    # LLM text can carry a NUL, which validation rightly rejects; failing the whole job
+    # on every retry over it would stall maintenance, so it is dropped here.
+    cleaned = [{**item, "content": str(item["content"]).replace("\x00", "")} for item in items]
+    checked = check.store_items(cleaned, ctx.store.settings.max_content_bytes)
     vectors = ctx.store.embedder.embed([item.content for item in checked])
     return writes.prepare(agent_id, checked, vectors)
 
@@ -172,22 +175,31 @@ def _dry_run_counts(ctx: JobContext, opts: _Options) -> dict[str, Any]:
 
 def _summarize_group(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: str,
                      size: int, opts: _Options, stats: _Stats) -> bool:
-    """Summarize one group in equal chunks of at most ``max_group``; False when out of time."""
-    chunks = math.ceil(size / opts.max_group)
-    chunk_size = math.ceil(size / chunks)  # 201 -> 101 + 100, never 200 + a lone 1
+    """Summarize one group in near-equal chunks of at most ``max_group``; False when out
+    of time. A chunk smaller than ``min_group`` (only when ``max_group`` is tiny) waits."""
     day = ctx.now.date().isoformat()
-    for index in range(1, chunks + 1):
+    for index, limit in enumerate(chunk_sizes(size, opts.max_group), start=1):
+        if limit < opts.min_group:
+            continue
         if index > 1 and ctx.out_of_time():
             return False
         suffix = f":{day}" if index == 1 else f":{day}:{index}"
         key = bounded(f"summary:{group}{suffix}")
-        archived = _summarize_chunk(ctx, llm, agent_id, group, key, chunk_size, opts)
+        archived = _summarize_chunk(ctx, llm, agent_id, group, key, limit, opts)
         if archived:
             stats.archived += archived
             stats.summaries += 1
         else:
             stats.skipped += 1
     return True
+
+
+def chunk_sizes(size: int, most: int) -> list[int]:
+    """``size`` split into the fewest near-equal parts of at most ``most``:
+    201 by 200 is 101 + 100, never 200 + a lone 1."""
+    parts = math.ceil(size / most)
+    base, extra = divmod(size, parts)
+    return [base + 1] * extra + [base] * (parts - extra)
 
 
 _CHUNK = f"""

@@ -1,0 +1,250 @@
+"""The ``memoryd`` command as a user runs it: ``python -m memoryd ...`` subprocesses on
+the test PostgreSQL and Redis, client commands answered by the session worker."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from memoryd.memory.store import MemoryStore
+
+pytestmark = pytest.mark.slow
+
+UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def memoryd(env: dict[str, str], *args: str, timeout: float = 120,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "memoryd", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    if check and done.returncode != 0:
+        raise AssertionError(f"memoryd {' '.join(args)} exited {done.returncode}:\n"
+                             f"stdout: {done.stdout}\nstderr: {done.stderr}")
+    return done
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def agent() -> str:
+    return f"cli-{uuid.uuid4()}"
+
+
+def test_migrate_is_idempotent(service_env: dict[str, str], store: MemoryStore) -> None:
+    first = memoryd(service_env, "migrate")
+    assert re.fullmatch(r"database at revision \S+\n", first.stdout)
+    again = memoryd(service_env, "migrate")
+    assert again.stdout == first.stdout
+    with store.session() as session:
+        version = session.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+    assert version in first.stdout
+
+
+@pytest.mark.usefixtures("worker")
+def test_store_recall_list_context_forget(service_env: dict[str, str], store: MemoryStore,
+                                          agent: str) -> None:
+    stored = memoryd(service_env, "store", agent, "The user prefers dark mode.",
+                     "--category", "preference", "--tag", "ui", "--importance", "0.9",
+                     "--metadata", '{"origin": "cli"}')
+    match = re.fullmatch(rf"stored ({UUID_RE})\n", stored.stdout)
+    assert match, stored.stdout
+    memory_id = match.group(1)
+    with store.session() as session:
+        row = session.execute(text(
+            "SELECT agent_id, content, category, tags, metadata FROM memories WHERE id = :id"),
+            {"id": memory_id}).one()
+    assert tuple(row) == (agent, "The user prefers dark mode.", "preference", ["ui"],
+                          {"origin": "cli"})
+
+    again = as_json(memoryd(service_env, "store", agent, "The user prefers dark mode.",
+                            "--json"))
+    assert again == {"id": memory_id, "stored": False, "duplicate": True}
+    assert memoryd(service_env, "store", agent, "The user prefers dark mode.").stdout == \
+        f"duplicate of {memory_id}\n"
+    other = as_json(memoryd(service_env, "store", agent, "Deploys happen on Thursdays.",
+                            "--json"))
+    assert other["stored"] is True
+
+    # Recall: a table for people...
+    table = memoryd(service_env, "recall", agent, "which theme does the user like?").stdout
+    lines = table.splitlines()
+    assert lines[0].split() == ["score", "category", "id", "content"]
+    assert set(lines[1]) <= {"-", " "}
+    assert len(lines) == 4
+    assert memory_id in lines[2] and "preference" in lines[2]
+    assert lines[2].endswith("The user prefers dark mode.")
+    float(lines[2].split()[0])
+    # ... and JSON for scripts.
+    hits = as_json(memoryd(service_env, "recall", agent, "which theme does the user like?",
+                           "--json", "--limit", "1"))
+    assert len(hits) == 1
+    assert hits[0]["memory"]["id"] == memory_id
+    assert set(hits[0]["components"]) == {"semantic", "keyword", "recency", "importance",
+                                          "confidence"}
+
+    page = as_json(memoryd(service_env, "list", agent, "--json"))
+    assert page["total"] == 2
+    assert {m["id"] for m in page["items"]} == {memory_id, other["id"]}
+    listed = memoryd(service_env, "list", agent, "--category", "preference").stdout
+    assert listed.splitlines()[-1] == "1 of 1"
+
+    block = memoryd(service_env, "context", agent, "user interface theme").stdout
+    assert block.startswith("## Relevant memories\n")
+    assert "- The user prefers dark mode." in block
+    wrapped = as_json(memoryd(service_env, "context", agent, "deploys", "--json"))
+    assert "Deploys happen on Thursdays." in wrapped["context"]
+
+    forgotten = memoryd(service_env, "forget", agent, memory_id)
+    assert forgotten.stdout == "forgotten\n"
+    missing = memoryd(service_env, "forget", agent, memory_id, check=False)
+    assert missing.returncode == 1 and missing.stdout == "no such memory\n"
+    assert as_json(memoryd(service_env, "list", agent, "--json"))["total"] == 1
+
+
+@pytest.mark.usefixtures("worker")
+def test_client_command_validation_error_exits_2(service_env: dict[str, str]) -> None:
+    done = memoryd(service_env, "recall", "", "query", check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("ValidationError: agent_id: must be a non-empty string")
+    assert "Traceback" not in done.stderr
+
+
+def _expired_memory(store: MemoryStore, agent: str) -> str:
+    past = datetime.now(UTC) - timedelta(days=1)
+    store.store(agent, "A memory that is here to stay.")
+    return str(store.store(agent, "A reminder for yesterday's meeting.", expires_at=past).id)
+
+
+def _memory_ids(store: MemoryStore, agent: str) -> set[str]:
+    with store.session() as session:
+        return {str(i) for i in session.execute(
+            text("SELECT id FROM memories WHERE agent_id = :a"), {"a": agent}).scalars()}
+
+
+def test_jobs_run_history_and_restore(service_env: dict[str, str], store: MemoryStore,
+                                      agent: str) -> None:
+    expired_id = _expired_memory(store, agent)
+
+    dry = as_json(memoryd(service_env, "jobs", "run", "expire", "--dry-run", "--json"))
+    assert dry["job"] == "expire" and dry["status"] == "ok"
+    assert dry["stats"]["expired"] == 1
+    assert expired_id in _memory_ids(store, agent)  # a dry run changes nothing
+
+    real = as_json(memoryd(service_env, "jobs", "run", "expire", "--agent", agent, "--json"))
+    assert real["status"] == "ok" and real["stats"]["expired"] == 1
+    assert expired_id not in _memory_ids(store, agent)
+    assert len(_memory_ids(store, agent)) == 1
+
+    human = memoryd(service_env, "jobs", "run", "expire").stdout
+    assert re.fullmatch(r"expire: ok \(run \d+\) \{.*\"expired\": 0.*\}\n", human), human
+
+    history = as_json(memoryd(service_env, "jobs", "history", "--json"))
+    assert [(r["job"], r["status"], r["dry_run"], r["agent_id"]) for r in history] == [
+        ("expire", "ok", False, None), ("expire", "ok", False, agent),
+        ("expire", "ok", True, None)]
+    assert history[1]["id"] == real["run_id"]
+    assert history[1]["stats"]["expired"] == 1
+    assert as_json(memoryd(service_env, "jobs", "history", "--job", "evict", "--json")) == []
+    table = memoryd(service_env, "jobs", "history", "--limit", "1").stdout.splitlines()
+    assert table[0].split() == ["run", "job", "status", "agent", "started", "stats"]
+    assert len(table) == 3 and " all " in table[2]
+
+    restored = memoryd(service_env, "restore", expired_id)
+    assert restored.stdout == f"restored {expired_id}\n"
+    assert expired_id in _memory_ids(store, agent)
+    with store.session() as session:
+        assert session.execute(text("SELECT count(*) FROM evicted_memories")).scalar_one() == 0
+        content = session.execute(text("SELECT content FROM memories WHERE id = :id"),
+                                  {"id": expired_id}).scalar_one()
+    assert content == "A reminder for yesterday's meeting."
+
+    gone = memoryd(service_env, "restore", expired_id, check=False)
+    assert gone.returncode == 2
+    assert "NotFound" in gone.stderr and expired_id in gone.stderr
+
+
+@pytest.mark.usefixtures("worker")
+def test_status_shows_workers_queues_and_jobs(service_env: dict[str, str], store: MemoryStore,
+                                              agent: str) -> None:
+    _expired_memory(store, agent)
+    memoryd(service_env, "jobs", "run", "expire", "--json")
+    status = as_json(memoryd(service_env, "status", "--json"))
+    assert "error" not in status
+    assert any(name.startswith("memory-maintenance@") for name in status["workers"]), \
+        status["workers"]
+    assert status["queues"] == {"memory": 0, "maintenance": 0}
+    assert status["jobs"]["expire"]["status"] == "ok"
+    assert status["jobs"]["expire"]["stats"]["expired"] == 1
+
+    human = memoryd(service_env, "status").stdout
+    assert human.startswith("workers: memory")
+    assert "queue memory: 0 waiting" in human
+    assert re.search(r"^expire\s+ok\s", human, re.MULTILINE)
+    assert re.search(r"^cortex\s+never", human, re.MULTILINE)
+
+
+def test_status_with_an_unreachable_broker_is_a_status_not_a_crash(
+        service_env: dict[str, str], store: MemoryStore) -> None:
+    from memoryd.embedded._proc import free_port
+
+    env = {**service_env, "MEMORYD_BROKER_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    status = as_json(memoryd(env, "status", "--json", timeout=120))
+    assert status["workers"] == []
+    assert status["error"].startswith("broker unreachable")
+
+
+def test_stats(service_env: dict[str, str], store: MemoryStore, agent: str) -> None:
+    store.store_many(agent, [{"content": "fact one"}, {"content": "fact two"},
+                             {"content": "We chose Redis.", "category": "decision"}])
+    store.store(f"{agent}-small", "only one")
+    rows = as_json(memoryd(service_env, "stats", "--json"))
+    assert rows == [
+        {"agent_id": agent, "category": "decision", "memories": 1, "agent_total": 3},
+        {"agent_id": agent, "category": "fact", "memories": 2, "agent_total": 3},
+        {"agent_id": f"{agent}-small", "category": "fact", "memories": 1, "agent_total": 1},
+    ]
+    assert len(as_json(memoryd(service_env, "stats", "--limit", "1", "--json"))) == 2
+    table = memoryd(service_env, "stats").stdout.splitlines()
+    assert table[0].split() == ["agent", "category", "memories", "agent", "total"]
+    assert len(table) == 5
+
+
+@pytest.mark.parametrize(("variable", "value", "message"), [
+    ("MEMORYD_SCHEDULE_EVICT", "99 * * * *", "MEMORYD_SCHEDULE_EVICT"),
+    ("MEMORYD_TIMEZONE", "Mars/Olympus", "unknown timezone 'Mars/Olympus'"),
+    ("MEMORYD_DATABASE_URL", "mysql://localhost/x", "MEMORYD_DATABASE_URL"),
+])
+@pytest.mark.parametrize("command", [("migrate",), ("worker",), ("store", "a", "text"),
+                                     ("jobs", "run", "expire")])
+def test_bad_configuration_fails_before_doing_anything(
+        tmp_path: Any, variable: str, value: str, message: str, command: tuple[str, ...]
+        ) -> None:
+    from memoryd.embedded._proc import free_port
+
+    # Nothing listens on these: a command that tried to connect would fail differently
+    # (or hang), and the data dir must stay untouched.
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "MEMORYD_DATA_DIR": str(tmp_path / "data"),
+           "MEMORYD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/memoryd",
+           "MEMORYD_BROKER_URL": f"redis://127.0.0.1:{port}/0", variable: value}
+    started = time.monotonic()
+    done = memoryd(env, *command, check=False, timeout=60)
+    assert time.monotonic() - started < 15
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.startswith("memoryd: error: ConfigError: invalid memoryd configuration")
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "data").exists()
