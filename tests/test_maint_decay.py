@@ -200,6 +200,31 @@ def test_merge_never_removes_decisions_or_pinned(store: MemoryStore) -> None:
     assert memory(store, pinned_1) is not None and memory(store, pinned_2) is not None
 
 
+def _insert_with_vector(store: MemoryStore, content: str, importance: float,
+                        x: float, y: float) -> uuid.UUID:
+    """A memory whose embedding is (x, y, 0, ..., 0): a crafted geometry."""
+    vector = "[" + ",".join([str(x), str(y)] + ["0"] * 382) + "]"
+    with store.session() as session:
+        return session.execute(text("""
+            INSERT INTO memories (agent_id, content, content_hash, category, importance,
+                                  embedding)
+            VALUES ('a', :content, md5(:content), 'fact', :importance, CAST(:v AS vector))
+            RETURNING id"""), {"content": content, "importance": importance,
+                               "v": vector}).scalar_one()
+
+
+def test_merge_chain_resolves_without_merging_unrelated_ends(store: MemoryStore) -> None:
+    # cos(a, b) = 0.958 and cos(b, c) = 0.969, but cos(a, c) = 0.857: b merges into a,
+    # and c, whose only close neighbour was b, stays.
+    a = _insert_with_vector(store, "The service runs in eu-west-1.", 0.9, 1, 0)
+    b = _insert_with_vector(store, "The service runs in eu-west.", 0.6, 1, 0.3)
+    c = _insert_with_vector(store, "The service runs in the EU.", 0.3, 1, 0.6)
+    record = run(store, "consolidate")
+    assert evicted(store) == {b: ("merged", record.run_id)}
+    assert set(snapshot(store)) == {a, c}
+    assert run(store, "consolidate").stats["merged"] == 0
+
+
 def test_merge_is_incremental_batched_and_resumable(store: MemoryStore) -> None:
     facts = ["The API rate limit is 100 requests per minute.",
              "Backups run nightly at 2 am.", "The design system uses the Inter font.",

@@ -169,12 +169,15 @@ def test_compaction_of_a_compacted_session_folds_the_old_summary_in(store: Memor
     assert first.stats["summary_ids"][0] not in _ids(store, "s-long")
 
 
+SMALL_CHUNKS = {"chunk_chars": 1000, "threshold": 12, "keep": 4}
+
+
 def test_long_histories_are_summarized_in_chunks(store: MemoryStore) -> None:
-    _chat(store, "s-big", 30, size=400)
+    _chat(store, "s-big", 16, size=300)
     fake = FakeLLM()
-    run = run_job(store, "compact_sessions", agent_id=AGENT, llm=fake,
-                  params={"chunk_chars": 2000})
-    assert len(fake.prompts) >= 4  # 20 messages of ~420 characters, 2,000 per chunk
+    run = run_job(store, "compact_sessions", agent_id=AGENT, llm=fake, params=SMALL_CHUNKS)
+    assert len(fake.prompts) == 4  # 12 messages of ~320 characters, 1,000 per chunk
+    assert run.stats["summarized"] == 12 and run.stats["kept"] == 4
     summary = _memory(store, run.stats["summary_ids"][0])
     parts = summary["content"].removeprefix(f"{SUMMARY_PREFIX}\n").split("\n\n")
     assert parts == [f"Chunk summary {n}." for n in range(1, len(fake.prompts) + 1)]
@@ -210,11 +213,11 @@ def test_compaction_dry_run_changes_nothing(store: MemoryStore) -> None:
 
 
 def test_llm_unavailable_leaves_the_session_as_it_was(store: MemoryStore) -> None:
-    _chat(store, "s-big", 30, size=400)
+    _chat(store, "s-big", 16, size=300)
     before = _snapshot(store)
     with pytest.raises(LLMUnavailable):
         run_job(store, "compact_sessions", agent_id=AGENT, llm=FakeLLM(fail_on=1),
-                params={"chunk_chars": 2000})
+                params=SMALL_CHUNKS)
     assert _snapshot(store) == before  # no summary memory, no rewritten list
 
 
@@ -537,7 +540,8 @@ def test_sweeps_only_check_sessions_updated_since_the_last_complete_sweep(
 
 def test_concurrent_stores_during_a_repair(store: MemoryStore) -> None:
     for n in range(8):
-        ids = [_put(store, f"Session {n} turn {t}.") for t in range(4)]
+        ids = [str(r.id) for r in store.store_many(
+            AGENT, [{"content": f"Session {n} turn {t}."} for t in range(4)])]
         _write_session(store, f"s-{n}", [_ref(ids[t], "user" if t < 2 else "assistant", t)
                                          for t in (3, 0, 1, 2)])
     written: list[str] = []

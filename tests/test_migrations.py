@@ -191,9 +191,6 @@ def test_models_mirror_the_migrated_tables(fresh_db: Any) -> None:
         assert modelled[table] == columns, table
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "models.py: EvictedMemoryRow.embedding is Mapped[Any] without nullable=True, so the model "
-    "says NOT NULL while the migration creates a nullable column"))
 def test_models_agree_on_nullability(fresh_db: Any) -> None:
     _, engine = fresh_db()
     migrations.upgrade(engine)

@@ -214,19 +214,12 @@ def test_recency_decays_by_category_half_life(store: MemoryStore) -> None:
     assert recency["Fix the office wifi router this week."] == pytest.approx(0.5, abs=1e-3)
 
 
-RRF_FLAW = ("RRF with k=60 barely separates the top ranks (rank 1+1 scores 0.750, rank 4+2 "
-            "0.727 of the 0.75 relevance share), so a 0.3 importance gap (0.03) outweighs being "
-            "first in both retrievers: the allergy memory (importance 0.73) beats the sister "
-            "memory (0.43) that both retrievers ranked first. See scoring.rrf.")
-
-
 @pytest.mark.parametrize(("query", "expected"), [
     (QUERY, TARGET),
     ("peanut allergy", TARGET),
     ("How much memory does the work laptop have?", DISTRACTORS[6]),
     ("Where did the user go hiking?", DISTRACTORS[4]),
-    pytest.param("Where does the user's sister live?", DISTRACTORS[2],
-                 marks=pytest.mark.xfail(strict=True, reason=RRF_FLAW)),
+    ("Where does the user's sister live?", DISTRACTORS[2]),
 ])
 def test_rrf_fusion_ranks_relevant_first(store: MemoryStore, pg_url: str, query: str,
                                          expected: str) -> None:

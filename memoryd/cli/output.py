@@ -28,7 +28,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int 
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)  # no padding after the last column
 
 
 def _cell(value: Any, max_width: int) -> str:

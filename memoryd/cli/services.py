@@ -96,15 +96,17 @@ def _run(_args: argparse.Namespace) -> int:
         while record.status == "ok" and not record.complete:
             record = run_job(store, job)
 
+    # Handlers first: a SIGTERM right after start-up must stop the scheduler cleanly too.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     scheduler = build_scheduler(settings, run_scheduled, blocking=False)
     scheduler.start()
     jobs = scheduler.get_jobs()
     log.info("scheduler.started", jobs=len(jobs), timezone=settings.timezone)
     for job in jobs:
-        print(f"{job.id:<18} next run {job.next_run_time}")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        # Flushed: under a supervisor stdout is a pipe, and this process then only waits.
+        print(f"{job.id:<18} next run {job.next_run_time}", flush=True)
     stop.wait()
     scheduler.shutdown(wait=True)
     return 0

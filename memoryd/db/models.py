@@ -155,4 +155,4 @@ class EvictedMemoryRow(Base):
     evicted_at: Mapped[datetime] = _now()
     # The memory row as JSON (every column but the embedding and tsvector).
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
-    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM))
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=True)

@@ -15,6 +15,7 @@ from memoryd.memory.classify import HALF_LIFE_DAYS
 from memoryd.types import ScoreComponents
 
 RRF_K = 60
+PRIOR_TIE_BREAK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,18 @@ def weighted(parts: ScoreComponents, weights: Mapping[str, float]) -> float:
 
 
 def rrf(candidate: Candidate, parts: ScoreComponents, weights: Mapping[str, float]) -> float:
-    """Reciprocal-rank fusion of the two retrievers, plus the weighted priors."""
-    fused = sum(1.0 / (RRF_K + rank) for rank in (candidate.vector_rank, candidate.keyword_rank)
+    """Weighted reciprocal-rank fusion of the vector and keyword rankings.
+
+    Scaled so that first place in both lists scores 1.0. The priors (recency,
+    importance, confidence) only break ties here: at k = 60 neighbouring ranks
+    differ by about 1 %, so adding the priors at full weight would let a mildly
+    more important memory outrank the one both retrievers put first.
+    """
+    w_vec, w_kw = weights["semantic"], weights["keyword"]
+    fused = sum(w / (RRF_K + rank) for w, rank in ((w_vec, candidate.vector_rank),
+                                                  (w_kw, candidate.keyword_rank))
                 if rank is not None)
+    best = (w_vec + w_kw) / (RRF_K + 1)
     priors = sum(weights[name] * float(getattr(parts, name))
                  for name in ("recency", "importance", "confidence"))
-    # Scale the fused term to 0..1 (two first places = 2/(k+1)) so priors stay comparable.
-    return fused * (RRF_K + 1) / 2 * (weights["semantic"] + weights["keyword"]) + priors
+    return (fused / best if best > 0 else 0.0) + PRIOR_TIE_BREAK * priors

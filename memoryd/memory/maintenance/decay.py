@@ -40,6 +40,7 @@ from memoryd.memory.maintenance.dedup import (
     load_checkpoint,
     merge_into,
     save_checkpoint,
+    valid_state,
 )
 from memoryd.memory.maintenance.eviction import check_batch_size, number, protected
 
@@ -89,9 +90,10 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
 def _decay_pass(ctx: JobContext, previous: object,
                 interval: timedelta) -> tuple[dict[str, Any] | None, str]:
     """The pass this run works on, and what it does: resumed, started, or skipped."""
-    if isinstance(previous, dict) and not previous.get("done"):
-        return dict(previous), "resumed"
-    if isinstance(previous, dict) and \
+    previous = valid_state(previous, ("started", "after", "done"))
+    if previous is not None and not previous["done"]:
+        return previous, "resumed"
+    if previous is not None and \
             ctx.now - datetime.fromisoformat(str(previous["started"])) < interval:
         return None, "skipped"
     return {"started": ctx.now.isoformat(), "after": NIL_UUID, "done": False}, "started"
@@ -152,12 +154,13 @@ def _decay(ctx: JobContext, checkpoint: dict[str, Any], opts: _Options) -> tuple
 
 def _merge_sweep(ctx: JobContext, previous: object) -> dict[str, Any]:
     """The unfinished sweep, or a new one over rows changed since the last one began."""
-    if isinstance(previous, dict) and not previous.get("done"):
-        return dict(previous)
+    previous = valid_state(previous, ("since", "started", "after_ts", "after_id", "done"))
+    if previous is not None and not previous["done"]:
+        return previous
     with ctx.store.session() as session:
         # The database clock, because updated_at is written with it.
         started = session.execute(text("SELECT now()")).scalar_one()
-    since = ("-infinity" if not isinstance(previous, dict) else
+    since = ("-infinity" if previous is None else
              (datetime.fromisoformat(str(previous["started"])) - SWEEP_OVERLAP).isoformat())
     return {"since": since, "started": started.isoformat(), "after_ts": since,
             "after_id": NIL_UUID, "done": False}
@@ -219,11 +222,12 @@ WITH x AS (
     WHERE NOT {protected("l")}
     ORDER BY e.loser, {protected("w")} DESC, w.importance DESC, w.created_at DESC, w.id DESC
 )"""
-# Merge only into winners that are not losers themselves; a chain resolves over the
-# next rounds of the same batch.
-_ROOTS = _BEST + """
-SELECT b.loser, b.winner, b.sim FROM best b
-WHERE NOT EXISTS (SELECT 1 FROM best o WHERE o.loser = b.winner)"""
+# Merge only into winners that are not losers themselves ("root"); a chain resolves
+# over the next rounds of the same batch.
+_PLAN = _BEST + """
+SELECT b.loser, b.winner, b.sim, NOT EXISTS (SELECT 1 FROM best o WHERE o.loser = b.winner)
+       AS root
+FROM best b"""
 # A dry run counts each loser once: in its own batch when the sweep covers it, else
 # where it is found. (Chains can make this an overestimate.)
 _WOULD_MERGE = _BEST + """
@@ -244,11 +248,12 @@ def _merge_batch(ctx: JobContext, ids: list[Any], sweep: dict[str, Any],
             session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
             if ctx.dry_run:
                 return int(session.execute(text(_WOULD_MERGE), params).scalar_one())
-            rows = session.execute(text(_ROOTS), params).all()
-            merged = merge_into(session, ctx, [Merge(r.loser, r.winner, float(r.sim))
-                                               for r in rows], "merged",
+            rows = session.execute(text(_PLAN), params).all()
+            roots = [Merge(r.loser, r.winner, float(r.sim)) for r in rows if r.root]
+            merged = merge_into(session, ctx, roots, "merged",
                                 "1 - (l.embedding <=> s.embedding) >= :threshold",
                                 {"threshold": opts.merge_threshold})
         total += merged
-        if merged == 0:
+        # Most batches have no chains: one round, without planning the batch again.
+        if merged == 0 or len(roots) == len(rows):
             return total

@@ -55,6 +55,14 @@ def load_checkpoint(ctx: JobContext, job_name: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
+def valid_state(value: object, keys: Sequence[str]) -> dict[str, Any] | None:
+    """A copy of a checkpointed state with all of ``keys``; None (start afresh) if it has
+    not, e.g. one written by an older version of the job."""
+    if isinstance(value, dict) and all(key in value for key in keys):
+        return dict(value)
+    return None
+
+
 def save_checkpoint(session: Session, ctx: JobContext, checkpoint: Mapping[str, Any]) -> None:
     """Record progress in this run's audit row, inside the caller's transaction."""
     if ctx.dry_run or ctx.run_id is None:
@@ -210,9 +218,9 @@ def _dedup_range(ctx: JobContext, lo: str, hi: str | None) -> tuple[int, bool]:
 def deduplicate(ctx: JobContext) -> JobOutcome:
     check_batch_size(ctx)
     # A dry run starts where a real run would, and reports what that run would merge.
-    previous = load_checkpoint(ctx, "deduplicate").get("sweep")
-    resumed = isinstance(previous, dict) and not previous.get("done")
-    sweep: dict[str, Any] = (dict(previous) if resumed and isinstance(previous, dict)
+    previous = valid_state(load_checkpoint(ctx, "deduplicate").get("sweep"), ("after", "done"))
+    resumed = previous is not None and not previous["done"]
+    sweep: dict[str, Any] = (previous if previous is not None and resumed
                              else {"after": "", "done": False})
     merged = 0
     while True:

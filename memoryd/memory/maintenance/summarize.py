@@ -20,7 +20,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
@@ -85,7 +85,7 @@ _ELIGIBLE = """m.archived_at IS NULL AND m.created_at < :cutoff
 
 @dataclass(frozen=True)
 class _Options:
-    cutoff: Any
+    cutoff: datetime
     min_group: int
     max_group: int
     summary_chars: int

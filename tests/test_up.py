@@ -1,0 +1,215 @@
+"""``memoryd up`` (the whole stack from nothing) and ``memoryd run`` (APScheduler,
+single node), started as a user starts them and stopped with signals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import psutil
+import pytest
+
+from memoryd.config import JOBS, Settings
+from memoryd.embedded._proc import free_port
+
+pytestmark = pytest.mark.slow
+
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 40.0
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env.update(extra)
+    return env
+
+
+def _processes_of(data_dir: Path, pids: set[int]) -> list[psutil.Process]:
+    """Live processes that belong to the stack rooted at ``data_dir``: recorded pids,
+    anything naming the data dir on its command line (postgres, redis-server), and
+    anything started with it as MEMORYD_DATA_DIR (workers' pool children, beat, flower)."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or ())
+            if proc.pid in pids or str(data_dir) in cmdline \
+                    or proc.environ().get("MEMORYD_DATA_DIR") == str(data_dir):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+class _Lines:
+    """Reads a pipe in a thread, so the test can wait for a line with a timeout."""
+
+    def __init__(self, pipe: IO[str]) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self._thread = threading.Thread(target=self._pump, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, pipe: IO[str]) -> None:
+        with contextlib.suppress(ValueError, OSError):  # the pipe closed under us
+            for line in pipe:
+                self.lines.put(line)
+
+    def next(self, timeout: float) -> str:
+        line = self.lines.get(timeout=timeout)
+        self.seen.append(line)
+        return line
+
+
+@pytest.fixture
+def up_dir(tmp_path: Path) -> Iterator[Path]:
+    """A fresh data dir; whatever a failed test leaves running there is stopped."""
+    data_dir = tmp_path / "up-data"
+    yield data_dir
+    for proc in _processes_of(data_dir, set()):
+        if "postgres" in " ".join(proc.cmdline()):
+            continue
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    from memoryd.embedded.postgres import EmbeddedPostgres
+
+    server = EmbeddedPostgres(data_dir / "postgres")
+    if server.pgdata.exists():
+        server.stop()
+
+
+def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: Path) -> None:
+    from memoryd.client import MemoryClient
+    from memoryd.types import StoreResult
+
+    flower_port = free_port()
+    env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    log_path = up_dir.parent / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([sys.executable, "-m", "memoryd", "up",
+                               "--flower-port", str(flower_port)],
+                              env=env, stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        runtime_file = up_dir / "runtime.json"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not runtime_file.exists():
+            assert up.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, "no runtime.json:\n" + log_path.read_text()
+            time.sleep(0.2)
+        time.sleep(0.2)  # written in one go; let the writer finish
+        runtime = json.loads(runtime_file.read_text())
+        assert runtime["pid"] == up.pid
+        assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat",
+                                            "flower"}
+        assert runtime["database_url"].startswith("postgresql")
+        assert runtime["flower_url"] == f"http://127.0.0.1:{flower_port}"
+        assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
+
+        # A client finds the broker through runtime.json alone (no MEMORYD_BROKER_URL).
+        agent = f"up-{uuid.uuid4()}"
+        client = MemoryClient(settings=Settings(data_dir=up_dir), timeout=120)
+        assert client._app.conf.broker_url == runtime["broker_url"]
+        stored = client.store(agent, "memoryd up works out of the box.")
+        assert isinstance(stored, StoreResult) and stored.stored
+        hits = client.recall(agent, "does it work out of the box?")
+        assert [h.memory.id for h in hits] == [stored.id]
+        client.close()
+
+        status = 0
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(runtime["flower_url"], timeout=5) as response:
+                    status = response.status
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert status == 200
+
+        recorded = set(runtime["children"].values()) | {up.pid}
+        assert len(_processes_of(up_dir, set())) >= 6  # 2 workers + pools, beat, flower, ...
+
+        # Ctrl-C in a terminal: SIGINT to the whole foreground process group.
+        os.killpg(up.pid, signal.SIGINT)
+        started = time.monotonic()
+        code = up.wait(STOP_TIMEOUT_S)
+        assert code == 0, log_path.read_text()[-4000:]
+        assert time.monotonic() - started < STOP_TIMEOUT_S
+        assert not runtime_file.exists()
+        time.sleep(0.5)
+        left = _processes_of(up_dir, recorded)
+        assert left == [], [(p.pid, p.cmdline()) for p in left]
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
+def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
+    """A supervisor (systemd, docker) signals only the main process."""
+    env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        runtime_file = up_dir / "runtime.json"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not runtime_file.exists():
+            assert up.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(0.2)
+        runtime = json.loads(runtime_file.read_text())
+        assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat"}
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(STOP_TIMEOUT_S) == 0
+        time.sleep(0.5)
+        left = _processes_of(up_dir, set(runtime["children"].values()))
+        assert left == [], [(p.pid, p.cmdline()) for p in left]
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
+def test_run_lists_the_schedule_and_stops_on_sigterm(service_env: dict[str, str]) -> None:
+    # No broker; and stdout a plain pipe, as under a supervisor (block-buffered).
+    env = {k: v for k, v in service_env.items()
+           if k not in ("MEMORYD_BROKER_URL", "PYTHONUNBUFFERED")}
+    run = subprocess.Popen([sys.executable, "-m", "memoryd", "run"], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert run.stdout is not None
+        out = _Lines(run.stdout)
+        listed = {}
+        while len(listed) < len(JOBS):
+            line = out.next(timeout=60)  # printed while the scheduler runs, not at exit
+            name, _, when = line.strip().partition(" next run ")
+            listed[name.strip()] = when
+        assert set(listed) == set(JOBS)
+        for when in listed.values():
+            assert when and when != "None"
+            assert when[:4].isdigit() and "+00:00" in when  # a UTC timestamp
+        assert run.poll() is None  # it keeps running
+
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(30) == 0
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        if run.stdout is not None:
+            run.stdout.close()
