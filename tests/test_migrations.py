@@ -18,6 +18,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
+HEAD = "0002"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories"}
 
@@ -85,7 +86,7 @@ def test_upgrade_from_empty_creates_the_schema(fresh_db: Any) -> None:
 
     assert _tables(engine) == TABLES | {"alembic_version"}
     assert {"vector", "pg_trgm"} <= _extensions(engine)
-    assert migrations.current_revision(engine) == "0001"
+    assert migrations.current_revision(engine) == HEAD
 
     indexes = _indexes(engine)
     hnsw = indexes["ix_memories_embedding_hnsw"]
@@ -125,7 +126,7 @@ def test_upgrade_twice_is_a_no_op(fresh_db: Any) -> None:
 
     migrations.upgrade(engine)
 
-    assert migrations.current_revision(engine) == "0001"
+    assert migrations.current_revision(engine) == HEAD
     assert (_tables(engine), _indexes(engine), _columns(engine)) == schema
     with engine.connect() as conn:
         assert conn.execute(text("SELECT content FROM memories")).scalars().all() == [
@@ -156,7 +157,7 @@ def test_concurrent_upgrades_from_processes_all_succeed(fresh_db: Any) -> None:
         worker.join(timeout=120)
     assert [worker.exitcode for worker in workers] == [0] * processes
 
-    assert migrations.current_revision(engine) == "0001"
+    assert migrations.current_revision(engine) == HEAD
     assert _tables(engine) == TABLES | {"alembic_version"}
     assert "ix_memories_embedding_hnsw" in _indexes(engine)
     with engine.connect() as conn:
@@ -175,7 +176,7 @@ def test_downgrade_to_base_removes_the_tables(fresh_db: Any) -> None:
     # and it can come back
     migrations.upgrade(engine)
     assert _tables(engine) >= TABLES
-    assert migrations.current_revision(engine) == "0001"
+    assert migrations.current_revision(engine) == HEAD
 
 
 def test_models_mirror_the_migrated_tables(fresh_db: Any) -> None:
@@ -203,3 +204,12 @@ def test_models_agree_on_nullability(fresh_db: Any) -> None:
                   for name, table in Base.metadata.tables.items() for column in table.columns
                   if column.nullable != migrated[(name, column.name)]]
     assert mismatches == []
+
+
+def test_memories_leave_room_for_hot_updates(fresh_db: Any) -> None:
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    with engine.connect() as conn:
+        options = conn.execute(text(
+            "SELECT reloptions FROM pg_class WHERE relname = 'memories'")).scalar_one()
+    assert "fillfactor=70" in options

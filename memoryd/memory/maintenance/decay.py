@@ -177,6 +177,8 @@ def _merge(ctx: JobContext, checkpoint: dict[str, Any],
                 SELECT m.id, m.updated_at FROM memories m
                 WHERE (m.updated_at, m.id) > (CAST(:after_ts AS timestamptz),
                                               CAST(:after_id AS uuid))
+                  -- implied by the line above, but a range the updated_at index can use
+                  AND m.updated_at >= CAST(:after_ts AS timestamptz)
                   AND m.archived_at IS NULL AND {ctx.agent_clause()}
                 ORDER BY m.updated_at, m.id LIMIT :batch
             """), {"after_ts": sweep["after_ts"], "after_id": sweep["after_id"],
@@ -188,9 +190,9 @@ def _merge(ctx: JobContext, checkpoint: dict[str, Any],
         sweep["done"] = len(rows) < ctx.batch_size
         with ctx.store.session() as session:
             save_checkpoint(session, ctx, checkpoint)
-        # A dry run has no checkpoint to resume from, so it never stops half-way.
         if sweep["done"]:
             return compared, merged, True
+        # A dry run has no checkpoint to resume from, so it never stops half-way.
         if ctx.out_of_time() and not ctx.dry_run:
             return compared, merged, False
 
