@@ -126,6 +126,9 @@ class Settings(BaseSettings):
                 validate_cron(value, f"MEMORYD_SCHEDULE_{job.upper()}")
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        # A task still running when the visibility timeout expires is delivered twice.
+        if self.visibility_timeout_s <= self.task_time_limit_s:
+            raise ValueError("visibility_timeout_s must exceed task_time_limit_s")
         return self
 
     def weights(self) -> dict[str, float]:

@@ -3,7 +3,9 @@ started once per test session. Nothing here mocks the database or broker."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,8 @@ import pytest
 
 # Keep the developer's ~/.local/share/memoryd untouched by tests.
 _TEST_HOME = Path(tempfile.mkdtemp(prefix="memoryd-tests-"))
+# Removed when the test process exits (after the servers were stopped by the fixtures).
+atexit.register(shutil.rmtree, _TEST_HOME, ignore_errors=True)
 os.environ["MEMORYD_DATA_DIR"] = str(_TEST_HOME / "data")
 for _name in list(os.environ):
     if _name.startswith("MEMORYD_") and _name != "MEMORYD_DATA_DIR":

@@ -4,12 +4,19 @@ made-up content: the real data set is CC BY-NC and stays out of the repository).
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from bench import locomo
+# bench/ is not an installed package: make the repository root importable however
+# pytest was started (``pytest`` alone does not put the working directory on sys.path).
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from bench import locomo  # noqa: E402
 
 
 def _session(speakers: tuple[str, str], n: int, lines: list[str]) -> list[dict[str, str]]:

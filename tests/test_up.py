@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ import psutil
 import pytest
 
 from memoryd.config import JOBS, Settings
-from memoryd.embedded._proc import free_port
+from memoryd.embedded._proc import free_port, port_open
 
 pytestmark = pytest.mark.slow
 
@@ -182,6 +183,51 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
+
+
+def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
+    env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        # Once the embedded PostgreSQL accepts connections (Redis, migrations and the
+        # workers are still to come), a supervisor gives up on the start.
+        port_file = up_dir / "postgres" / "port"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (port_file.exists() and port_file.read_text().strip()
+                   and port_open(int(port_file.read_text()))):
+            assert up.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not (up_dir / "runtime.json").exists()
+        up.send_signal(signal.SIGTERM)
+        _, stderr = up.communicate(timeout=STOP_TIMEOUT_S)
+        assert up.returncode == 130, stderr[-3000:]
+        assert not (up_dir / "runtime.json").exists()
+        time.sleep(0.5)
+        left = _processes_of(up_dir, set())
+        assert left == [], [(p.pid, p.cmdline()) for p in left]
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
+def test_a_service_that_cannot_start_leaves_nothing_running(up_dir: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        env = _clean_env(MEMORYD_DATA_DIR=str(up_dir), MEMORYD_EMBEDDED_REDIS_PORT=str(port))
+        done = subprocess.run([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=START_TIMEOUT_S, check=False)
+    assert done.returncode == 2
+    assert f"EmbeddedServiceError: port {port} is already in use" in done.stderr
+    assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()  # it had started
+    time.sleep(0.5)
+    left = _processes_of(up_dir, set())
+    assert left == [], [(p.pid, p.cmdline()) for p in left]
 
 
 def test_run_lists_the_schedule_and_stops_on_sigterm(service_env: dict[str, str]) -> None:

@@ -17,11 +17,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 from memoryd.config import get_settings
 from memoryd.errors import EmbeddedServiceError
+
+if TYPE_CHECKING:
+    from memoryd.embedded.postgres import EmbeddedPostgres
+    from memoryd.embedded.redis import EmbeddedRedis
 
 log = structlog.get_logger(__name__)
 STOP_GRACE_S = 30.0
@@ -33,15 +38,20 @@ class Stack:
     log_level: str = "INFO"
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
+    # Set before they start, so whatever got started is stopped whatever fails later.
+    _postgres: EmbeddedPostgres | None = None
+    _redis: EmbeddedRedis | None = None
 
     def run(self) -> int:
         settings = get_settings()
-        database_url, postgres = self._database()
-        broker_url, redis = self._broker()
-        env = {**os.environ, "MEMORYD_DATABASE_URL": database_url,
-               "MEMORYD_BROKER_URL": broker_url}
         runtime = settings.runtime_file()
+        # Until the stack is up, SIGTERM stops it like Ctrl-C: through the cleanup below.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
+            database_url = self._database()
+            broker_url = self._broker()
+            env = {**os.environ, "MEMORYD_DATABASE_URL": database_url,
+                   "MEMORYD_BROKER_URL": broker_url}
             self._migrate(env)
             self._start_children(env)
             self._write_runtime(runtime, database_url, broker_url)
@@ -50,30 +60,30 @@ class Stack:
         finally:
             self._stop_children()
             runtime.unlink(missing_ok=True)
-            if redis is not None:
-                redis.stop()
-            if postgres is not None and postgres.started_here:
-                postgres.stop()
+            if self._redis is not None:
+                self._redis.stop()
+            if self._postgres is not None and self._postgres.started_here:
+                self._postgres.stop()
         return 0
 
     # --- services -------------------------------------------------------------
-    def _database(self) -> tuple[str, object | None]:
+    def _database(self) -> str:
         settings = get_settings()
         if settings.database_url:
-            return settings.database_url, None
+            return settings.database_url
         from memoryd.embedded.postgres import EmbeddedPostgres
 
-        server = EmbeddedPostgres.from_settings()
-        return server.ensure_running(), server
+        self._postgres = EmbeddedPostgres.from_settings()
+        return self._postgres.ensure_running()
 
-    def _broker(self) -> tuple[str, object | None]:
+    def _broker(self) -> str:
         settings = get_settings()
         if settings.broker_url:
-            return settings.broker_url, None
+            return settings.broker_url
         from memoryd.embedded.redis import EmbeddedRedis
 
-        redis = EmbeddedRedis(settings.data_dir / "redis", settings.embedded_redis_port)
-        return redis.start(), redis
+        self._redis = EmbeddedRedis(settings.data_dir / "redis", settings.embedded_redis_port)
+        return self._redis.start()
 
     def _migrate(self, env: dict[str, str]) -> None:
         subprocess.run([sys.executable, "-m", "memoryd", "migrate"], env=env, check=True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -79,8 +80,8 @@ class EmbeddedPostgres:
             if not (self.pgdata / "PG_VERSION").exists():
                 self._initdb()
             if not self.is_running():
+                self.started_here = True  # before: an interrupted start is stopped too
                 self._start()
-                self.started_here = True
             self._create_database()
         return self.url()
 
@@ -100,29 +101,35 @@ class EmbeddedPostgres:
         user = service_user()
         return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
-    def _prepare_permissions(self) -> None:
+    def _prepare_permissions(self, pgdata: Path) -> None:
         if not running_as_root():
+            pgdata.mkdir(parents=True, exist_ok=True)
             return
         user = service_user()
         ensure_readable_tree(_bin_dir().parent)
-        for path in (self.data_dir, self.pgdata):
+        for path in (self.data_dir, pgdata):
             path.mkdir(parents=True, exist_ok=True)
             hand_over(path, user)
-        self.pgdata.chmod(0o700)
+        pgdata.chmod(0o700)
 
     def _initdb(self) -> None:
-        self._prepare_permissions()
-        self.pgdata.mkdir(parents=True, exist_ok=True)
+        # initdb into a staging directory and rename it into place, so an
+        # interrupted initdb never leaves a half-built cluster behind.
+        staging = self.data_dir / "pgdata.init"
+        shutil.rmtree(staging, ignore_errors=True)
+        self._prepare_permissions(staging)
         result = subprocess.run(
-            [str(_bin_dir() / "initdb"), "-D", str(self.pgdata), "--auth=trust",
+            [str(_bin_dir() / "initdb"), "-D", str(staging), "--auth=trust",
              "-U", "postgres", "-E", "UTF8", "--no-instructions"],
             capture_output=True, text=True, check=False, **self._run_as())  # type: ignore[call-overload]
         if result.returncode != 0:
             raise EmbeddedServiceError(f"initdb failed: {result.stderr.strip()[-2000:]}")
+        shutil.rmtree(self.pgdata, ignore_errors=True)  # an empty or partial leftover
+        staging.rename(self.pgdata)
         log.info("embedded_postgres.initialized", pgdata=str(self.pgdata))
 
     def _start(self) -> None:
-        self._prepare_permissions()
+        self._prepare_permissions(self.pgdata)
         port = self.port
         options = f"-h 127.0.0.1 -p {port} -k {self.pgdata} -c max_connections=200"
         if self.log_file.exists() and running_as_root():
@@ -156,7 +163,7 @@ class EmbeddedPostgres:
 
     def _pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "LC_ALL": "C"}
-        result = subprocess.run(
+        result: subprocess.CompletedProcess[str] = subprocess.run(
             [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args],
             capture_output=True, text=True, check=False, env=env,
             stdin=subprocess.DEVNULL, **self._run_as())  # type: ignore[call-overload]

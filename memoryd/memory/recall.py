@@ -81,7 +81,7 @@ class AgentSizeCache:
         count = session.execute(text(
             "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
             {"a": agent_id, "n": self.threshold + 1}).scalar_one()
-        large = count > self.threshold
+        large = bool(count > self.threshold)
         with self._lock:
             if len(self._seen) > 100_000:
                 self._seen.clear()

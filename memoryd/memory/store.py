@@ -207,7 +207,8 @@ class MemoryStore:
                 "ORDER BY m.created_at DESC, m.id LIMIT :n OFFSET :o"), params).mappings()
             return Page(total=total, items=[to_memory(r) for r in rows])
 
-    def related(self, agent_id: str, memory_id: uuid.UUID | str, limit: int = 10) -> builtins.list[Related]:
+    def related(self, agent_id: str, memory_id: uuid.UUID | str,
+                limit: int = 10) -> builtins.list[Related]:
         """Explicitly linked memories first, then the nearest neighbours by meaning."""
         agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
         check.limit(limit)
@@ -278,10 +279,11 @@ class MemoryStore:
         deleted = 0
         while True:
             with self.session() as session:
-                n = session.execute(text("""
+                result: Any = session.execute(text("""
                     DELETE FROM memories WHERE id IN (
                         SELECT id FROM memories WHERE agent_id = :a LIMIT :n)
-                """), {"a": agent, "n": batch_size}).rowcount
+                """), {"a": agent, "n": batch_size})
+                n = int(result.rowcount)
             deleted += n
             if n < batch_size:
                 break
