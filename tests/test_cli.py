@@ -248,3 +248,12 @@ def test_bad_configuration_fails_before_doing_anything(
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_visibility_timeout_must_exceed_task_time_limit() -> None:
+    from memoryd.config import override_settings
+    from memoryd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="visibility_timeout_s must exceed task_time_limit_s"), \
+            override_settings(visibility_timeout_s="60", task_time_limit_s="300"):
+        pass

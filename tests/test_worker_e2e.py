@@ -396,7 +396,10 @@ def test_stores_survive_a_killed_worker_exactly_once(
     broker = _db_url(redis_url, CRASH_DB)
     raw = redis.Redis.from_url(broker)
     raw.flushdb()
-    settings = {"MEMORYD_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S)}
+    settings = {"MEMORYD_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S),
+                # the visibility timeout must exceed the task time limit
+                "MEMORYD_TASK_TIME_LIMIT_S": str(VISIBILITY_S - 1),
+                "MEMORYD_TASK_SOFT_TIME_LIMIT_S": str(VISIBILITY_S - 2)}
     first = spawn_worker(CRASH_DB, concurrency=1, **settings)
     first.wait_ready()
 
@@ -464,7 +467,8 @@ def test_worker_config_sweeps_for_lost_messages() -> None:
     from memoryd.config import override_settings
     from memoryd.worker.app import worker_config
 
-    with override_settings(visibility_timeout_s="5") as settings:
+    with override_settings(visibility_timeout_s="5", task_time_limit_s="4",
+                           task_soft_time_limit_s="3") as settings:
         options = worker_config(settings)["broker_transport_options"]
     assert options["visibility_timeout"] == 5
     assert options["unacked_restore_throttle"] == 1
