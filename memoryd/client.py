@@ -79,6 +79,7 @@ class MemoryClient:
         self.settings = settings or get_settings()
         broker = broker_url or self.settings.resolved_broker_url()
         self.timeout = timeout
+        self._backends: set[Any] = set()
         self._app = Celery("memoryd-client", set_as_current=False)
         self._app.conf.update(
             broker_url=broker,
@@ -90,6 +91,15 @@ class MemoryClient:
         )
 
     def close(self) -> None:
+        """Release broker and result-backend connections (of every thread that used us)."""
+        for backend in list(self._backends):
+            consumer = getattr(backend, "result_consumer", None)
+            if consumer is not None:
+                consumer.stop()
+                # Abandoned results would otherwise try to unsubscribe (and reconnect,
+                # for about 20 s) when they are garbage-collected after close.
+                consumer.subscribed_to.clear()
+        self._backends.clear()
         self._app.close()
 
     def __enter__(self) -> MemoryClient:
@@ -102,6 +112,8 @@ class MemoryClient:
     def _send(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T], *,
               wait: bool, timeout: float | None, queue: str = "memory") -> T | Pending[T]:
         result = self._app.send_task(name, kwargs=kwargs, queue=queue)
+        # Celery keeps one result backend per thread (asyncio calls run in threads).
+        self._backends.add(self._app.backend)
         pending = Pending(result, convert, self.timeout if timeout is None else timeout)
         return pending.get() if wait else pending
 

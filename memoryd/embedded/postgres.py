@@ -46,12 +46,15 @@ def _bin_dir() -> Path:
 class EmbeddedPostgres:
     """One PostgreSQL server rooted at ``data_dir`` (holding ``pgdata/``)."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None,
+                 server_options: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.pgdata = self.data_dir / "pgdata"
         self.port_file = self.data_dir / "port"
         self.log_file = self.data_dir / "postgres.log"
         self._configured_port = port
+        # Extra `-c name=value` server settings (benchmarks raise memory limits).
+        self.server_options = dict(server_options or {})
         self.started_here = False
 
     @classmethod
@@ -131,7 +134,9 @@ class EmbeddedPostgres:
     def _start(self) -> None:
         self._prepare_permissions(self.pgdata)
         port = self.port
-        options = f"-h 127.0.0.1 -p {port} -k {self.pgdata} -c max_connections=200"
+        settings = {"max_connections": "200", **self.server_options}
+        options = f"-h 127.0.0.1 -p {port} -k {self.pgdata} " + " ".join(
+            f"-c {name}={value}" for name, value in settings.items())
         if self.log_file.exists() and running_as_root():
             hand_over(self.log_file, service_user())
         result = self._pg_ctl("start", "-w", "-t", "60", "-o", options, "-l", str(self.log_file),

@@ -89,15 +89,11 @@ class AgentSizeCache:
         return large
 
 
-def candidates(session: Session, agent_id: str, query_vector: str, query: str,
-               filters: Filters, per_retriever: int, *, large_agent: bool,
-               ef_search: int) -> list[Candidate]:
-    """Up to ``per_retriever`` candidates from each index, merged, with raw components."""
+def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters,
+                  per_retriever: int, *, large_agent: bool) -> tuple[str, dict[str, Any]]:
+    """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
+    it). For large agents the caller sets ``hnsw.*`` first (``vector_settings``)."""
     tsq = tsquery_text(query)
-    if large_agent:
-        # pgvector caps ef_search at 1000; the iterative scan goes on past it if needed.
-        session.execute(text(f"SET LOCAL hnsw.ef_search = {min(int(ef_search), 1000)}"))
-        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     distance = "m.embedding <=> CAST(:qv AS vector)"
     order = distance if large_agent else f"({distance}) + 0"
@@ -126,6 +122,24 @@ def candidates(session: Session, agent_id: str, query_vector: str, query: str,
     """
     params = {"agent_id": agent_id, "qv": query_vector, "tsq": tsq or "", "k": per_retriever,
               **filters.params()}
+    return sql, params
+
+
+def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> None:
+    """Transaction-local planner and pgvector settings for the candidate query."""
+    if large_agent:
+        # pgvector caps ef_search at 1000; the iterative scan goes on past it if needed.
+        session.execute(text(f"SET LOCAL hnsw.ef_search = {min(int(ef_search), 1000)}"))
+        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+
+
+def candidates(session: Session, agent_id: str, query_vector: str, query: str,
+               filters: Filters, per_retriever: int, *, large_agent: bool,
+               ef_search: int) -> list[Candidate]:
+    """Up to ``per_retriever`` candidates from each index, merged, with raw components."""
+    vector_settings(session, large_agent=large_agent, ef_search=ef_search)
+    sql, params = candidate_sql(agent_id, query_vector, query, filters, per_retriever,
+                                large_agent=large_agent)
     rows = session.execute(text(sql), params).mappings().all()
     return [
         Candidate(row=row, semantic=float(row["semantic"]),

@@ -22,7 +22,8 @@ merged into the better memory: protected (decision or pinned) first, then most
 important, then most recent. Protected memories are never merged away. See
 ``dedup.merge_into`` for what the survivor keeps; merged rows go to
 ``evicted_memories`` with reason ``merged``. The sweep walks (updated_at, id) in
-keyset order and is checkpointed like the decay pass.
+keyset order and is checkpointed like the decay pass. ``merge=False`` runs the decay
+pass alone (the merge sweep keeps its checkpoint for the next run that merges).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.base import JobContext, JobOutcome, job
 from memoryd.memory.maintenance.dedup import (
     NIL_UUID,
@@ -63,8 +65,10 @@ class _Options:
 @job("consolidate", "Decay the confidence of idle memories; merge near-duplicate memories.")
 def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
                 idle_days: float = 7, merge_threshold: float = 0.95,
-                decay_interval_hours: float = 5) -> JobOutcome:
+                decay_interval_hours: float = 5, merge: bool = True) -> JobOutcome:
     check_batch_size(ctx)
+    if not isinstance(merge, bool):
+        raise ValidationError("merge", f"must be a boolean, got {merge!r}")
     opts = _Options(
         decay_rate=number("decay_rate", decay_rate, 0, 1), floor=number("floor", floor, 0, 1),
         idle=timedelta(days=number("idle_days", idle_days, 0)),
@@ -79,6 +83,8 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
         stats["decayed"], complete = _decay(ctx, checkpoint, opts)
         if not complete:
             return JobOutcome({**stats, "checkpoint": checkpoint}, complete=False)
+    if not merge:  # decay only; the merge sweep's checkpoint is left as it was
+        return JobOutcome({**stats, "checkpoint": checkpoint})
     checkpoint["merge"] = _merge_sweep(ctx, checkpoint.get("merge"))
     stats["compared"], stats["merged"], complete = _merge(ctx, checkpoint, opts)
     return JobOutcome({**stats, "checkpoint": checkpoint}, complete)

@@ -1,0 +1,367 @@
+"""Recall latency at scale: p50/p95/p99 of ``recall`` on a store of a million memories.
+
+Seeds (or reuses, with ``--keep``) a store of ``--scale`` memories over ``scale/1000``
+agents, one of which holds a tenth of them (see ``bench/scale.py``), then times 1,000
+generated questions for the big agent and for a typical 1,000-memory agent:
+
+- in-process ``MemoryStore.recall``;
+- through ``MemoryClient`` and one ``memoryd worker --queues memory --concurrency 2``
+  on an embedded Redis;
+- the floor: the bare pgvector HNSW query (iterative scan) and the query embedding,
+  timed separately, and their sum.
+
+    .venv/bin/python -m bench.recall [--scale N] [--queries N] [--out PATH] [--chart PATH]
+                                     [--keep [DIR]] [--no-client]
+
+Wrap heavy runs in ``flock /tmp/memoryd-bench.lock``. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import text
+
+from bench import scale as seeding
+from bench.common import (
+    OUT_DIR,
+    Stopwatch,
+    format_table,
+    machine_info,
+    now_iso,
+    progress,
+    write_json,
+)
+
+DEFAULT_OUT = OUT_DIR / "recall.json"
+DEFAULT_CHART = OUT_DIR / "recall.png"
+TARGET_P95_MS = {"in-process": 15.0, "client": 30.0}
+WARMUP = 20
+BREAKDOWN_QUERIES = 200
+SMALL_SERVER = {"shared_buffers": "256MB", "maintenance_work_mem": "512MB"}
+FLOOR_SQL = ("SELECT id FROM memories WHERE agent_id = :a "
+             "ORDER BY embedding <=> CAST(:q AS vector) LIMIT 10")
+
+
+def layout(scale: int) -> dict[str, int]:
+    """Agents and sizes for ``scale`` memories: 1M -> 1,000 agents, one with 100,000,
+    the queried typical one with 1,000."""
+    return {"total": scale, "agents": max(3, scale // 1000),
+            "big_agent_size": max(10, scale // 10),
+            "typical_agent_size": max(5, min(1000, scale // 20))}
+
+
+def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(samples_ms, dtype=np.float64)
+    if arr.size == 0:
+        return {"n": 0}
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {"n": int(arr.size), "p50": round(float(p50), 3), "p95": round(float(p95), 3),
+            "p99": round(float(p99), 3), "mean": round(float(arr.mean()), 3),
+            "max": round(float(arr.max()), 3)}
+
+
+def timed(fn: Callable[[str], Any], items: Sequence[str], desc: str) -> list[float]:
+    out = []
+    for item in progress(items, desc=desc, unit="query"):
+        start = time.perf_counter()
+        fn(item)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+# --- the measurements ------------------------------------------------------------
+def measure_in_process(store: Any, agent: str, qs: Sequence[str]) -> list[float]:
+    for q in qs[:WARMUP]:
+        store.recall(agent, q)
+    return timed(lambda q: store.recall(agent, q), qs, f"in-process {agent}")
+
+
+def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[float]]:
+    """The bare HNSW query and the query embedding, each timed alone, and their sum."""
+    from memoryd.memory.embeddings import to_pgvector
+
+    embed_ms, sql_ms, vectors = [], [], []
+    for q in qs[:WARMUP]:
+        store.embedder.embed([q])
+    for q in progress(qs, desc=f"floor embed {agent}", unit="query"):
+        start = time.perf_counter()
+        vector = store.embedder.embed([q])[0]
+        embed_ms.append((time.perf_counter() - start) * 1000)
+        vectors.append(to_pgvector(vector))
+    with store.engine.connect() as conn:
+        conn.execute(text("SET hnsw.iterative_scan = relaxed_order"))
+        statement = text(FLOOR_SQL)
+        for v in vectors[:WARMUP]:
+            conn.execute(statement, {"a": agent, "q": v}).all()
+        for v in progress(vectors, desc=f"floor sql {agent}", unit="query"):
+            start = time.perf_counter()
+            conn.execute(statement, {"a": agent, "q": v}).all()
+            sql_ms.append((time.perf_counter() - start) * 1000)
+        conn.rollback()
+    return {"embed": embed_ms, "sql": sql_ms,
+            "sum": [a + b for a, b in zip(embed_ms, sql_ms, strict=True)]}
+
+
+def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, Any]:
+    """Where in-process recall spends its time: embed, candidates, rank, touch."""
+    from memoryd.memory import recall as rc
+    from memoryd.memory.embeddings import to_pgvector
+    from memoryd.memory.store import CANDIDATE_FACTOR
+
+    parts: dict[str, list[float]] = {"embed": [], "size_check": [], "candidates": [],
+                                     "rank": [], "touch": [], "commit": []}
+    ef = max(store.settings.hnsw_ef_search, CANDIDATE_FACTOR * 10)
+    for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
+        t0 = time.perf_counter()
+        vector = to_pgvector(store.embedder.embed([q])[0])
+        t1 = time.perf_counter()
+        with store.session() as session:
+            large = store._sizes.is_large(session, agent)
+            t2 = time.perf_counter()
+            found = rc.candidates(session, agent, vector, q, rc.Filters(),
+                                  CANDIDATE_FACTOR * 10, large_agent=large, ef_search=ef)
+            t3 = time.perf_counter()
+            ranked = store._rank(found)[:10]
+            t4 = time.perf_counter()
+            rc.touch(session, agent, [h.memory.id for h in ranked])
+            t5 = time.perf_counter()
+        t6 = time.perf_counter()
+        for name, a, b in (("embed", t0, t1), ("size_check", t1, t2), ("candidates", t2, t3),
+                           ("rank", t3, t4), ("touch", t4, t5), ("commit", t5, t6)):
+            parts[name].append((b - a) * 1000)
+    return {name: percentiles(v) for name, v in parts.items()}
+
+
+def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of the candidate query: the plan text and the indexes it used."""
+    from memoryd.memory import recall as rc
+    from memoryd.memory.embeddings import to_pgvector
+    from memoryd.memory.store import CANDIDATE_FACTOR
+
+    vector = to_pgvector(store.embedder.embed([query])[0])
+    with store.session() as session:
+        large = store._sizes.is_large(session, agent)
+        rc.vector_settings(session, large_agent=large,
+                           ef_search=max(store.settings.hnsw_ef_search, CANDIDATE_FACTOR * 10))
+        sql, params = rc.candidate_sql(agent, vector, query, rc.Filters(),
+                                       CANDIDATE_FACTOR * 10, large_agent=large)
+        lines = [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql),
+                                               params).all()]
+        session.rollback()
+    used = sorted({word.strip('",') for line in lines for word in line.split()
+                   if word.startswith(("ix_", "uq_", "memories_pkey"))})
+    return {"large_agent": large, "indexes": used, "plan": lines}
+
+
+# --- the client path ---------------------------------------------------------------
+@contextmanager
+def worker_client(url: str, workdir: Path) -> Iterator[Any]:
+    """An embedded Redis, one memory worker (concurrency 2) and a ``MemoryClient``."""
+    from celery import Celery
+
+    from memoryd.client import MemoryClient
+    from memoryd.embedded.redis import EmbeddedRedis
+
+    redis = EmbeddedRedis(workdir / "redis")
+    broker = redis.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env.update({"MEMORYD_DATABASE_URL": url, "MEMORYD_BROKER_URL": broker,
+                "MEMORYD_DATA_DIR": str(workdir / "data")})
+    log = (workdir / "worker.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memoryd", "worker", "--queues", "memory",
+         "--concurrency", "2"], env=env, stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        app = Celery("bench-ping", broker=broker, set_as_current=False)
+        app.conf.update(broker_connection_retry_on_startup=True, accept_content=["json"])
+        deadline = time.monotonic() + 120
+        try:
+            while not app.control.ping(timeout=0.5):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"worker did not start; see {workdir / 'worker.log'}")
+        finally:
+            app.close()
+        with MemoryClient(broker_url=broker, timeout=120.0) as client:
+            yield client
+    finally:
+        if proc.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        log.close()
+        redis.stop()
+
+
+def measure_client(client: Any, agent: str, qs: Sequence[str]) -> list[float]:
+    for q in qs[:WARMUP]:
+        client.recall(agent, q)
+    return timed(lambda q: client.recall(agent, q), qs, f"client {agent}")
+
+
+# --- reporting ---------------------------------------------------------------------
+def write_chart(path: Path, report: dict[str, Any]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(f"{agent_label}\n{path_name}", stats)
+            for agent_label, block in report["results"].items()
+            for path_name, stats in block["latency_ms"].items() if stats.get("n")]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(rows)), 5))
+    try:
+        xs = np.arange(len(rows))
+        width = 0.27
+        for i, name in enumerate(("p50", "p95", "p99")):
+            bars = ax.bar(xs + (i - 1) * width, [s[name] for _, s in rows], width, label=name)
+            ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+        for label, target in TARGET_P95_MS.items():
+            ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
+            ax.text(len(rows) - 0.5, target, f"p95 target {label}", fontsize=7,
+                    ha="right", va="bottom")
+        ax.set_xticks(xs, [label for label, _ in rows], fontsize=7)
+        ax.set_ylabel("ms")
+        ax.set_title(f"memoryd recall latency, {report['seed']['total']:,} memories "
+                     f"({report['date'][:10]})")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    rows = []
+    for agent_label, block in report["results"].items():
+        floor_p95 = block["latency_ms"].get("floor (embed+sql)", {}).get("p95")
+        for name, stats in block["latency_ms"].items():
+            if not stats.get("n"):
+                continue
+            target = TARGET_P95_MS.get(name)
+            ratio = (stats["p95"] / floor_p95) if floor_p95 and name in TARGET_P95_MS else None
+            rows.append([agent_label, name, stats["p50"], stats["p95"], stats["p99"],
+                         target, None if ratio is None else round(ratio, 2),
+                         "" if target is None else ("ok" if stats["p95"] <= target
+                                                    else "MISSED")])
+    return format_table(["agent", "path", "p50 ms", "p95 ms", "p99 ms", "p95 target",
+                         "p95/floor", ""], rows, digits=2)
+
+
+# --- main --------------------------------------------------------------------------
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", type=int, default=1_000_000, help="memories in total")
+    parser.add_argument("--queries", type=int, default=1000, help="queries per agent")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--chart", type=Path, default=DEFAULT_CHART)
+    parser.add_argument("--keep", nargs="?", type=Path, const=Path(), default=None,
+                        help="keep the seeded cluster in DIR (default bench/out/scale-N) "
+                             "and reuse it on later runs")
+    parser.add_argument("--no-client", action="store_true",
+                        help="skip the MemoryClient + worker measurement")
+    parser.add_argument("--real-big-embeddings", action="store_true",
+                        help="embed every memory of the big agent (slow) instead of "
+                             "borrowing pool vectors")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = layout(args.scale)
+    small = args.scale < 100_000
+    keep = args.keep
+    if keep is not None and keep == Path():
+        keep = OUT_DIR / f"scale-{args.scale}"
+    workdir = Path(tempfile.mkdtemp(prefix="memoryd-bench-recall-"))
+    data_dir = keep if keep is not None else workdir / "cluster"
+    watch = Stopwatch()
+    report: dict[str, Any] = {"benchmark": "recall", "date": now_iso(),
+                              "machine": machine_info(), "args": {
+                                  "scale": args.scale, "queries": args.queries,
+                                  "client": not args.no_client}}
+    try:
+        with watch("seed_or_open"), seeding.seeded_cluster(
+                data_dir, **sizes, real_big_embeddings=args.real_big_embeddings,
+                load_options=SMALL_SERVER if small else None,
+                serve_options=SMALL_SERVER if small else None) as (url, info):
+            report["seed"] = info.to_json()
+            print(f"seeded store: {info.total:,} memories, {info.agents:,} agents; "
+                  f"seeding took {info.seconds}", file=sys.stderr)
+            with watch("prewarm"):
+                seeding.prewarm(url)
+            report["results"] = run_all(url, info, args, workdir, watch)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report["timings_s"] = watch.rounded()
+    table = summary_table(report)
+    print(table)
+    write_json(args.out, report)
+    write_chart(args.chart, report)
+    print(f"wrote {args.out} and {args.chart}")
+    return 0
+
+
+def run_all(url: str, info: seeding.SeedInfo, args: argparse.Namespace, workdir: Path,
+            watch: Stopwatch) -> dict[str, Any]:
+    from memoryd.memory.store import MemoryStore
+
+    qs = seeding.queries(args.queries)
+    agents = {f"big ({info.big_agent_size:,})": info.big_agent,
+              f"typical ({info.typical_agent_size:,})": info.typical_agent}
+    results: dict[str, Any] = {}
+    store = MemoryStore(url)
+    try:
+        for label, agent in agents.items():
+            with watch(f"in-process {agent}"):
+                plan = explain(store, agent, qs[0])
+                inproc = measure_in_process(store, agent, qs)
+                floor = measure_floor(store, agent, qs)
+                breakdown = measure_breakdown(store, agent, qs)
+            results[label] = {"agent": agent, "plan": plan, "breakdown_ms": breakdown,
+                              "latency_ms": {
+                                  "in-process": percentiles(inproc),
+                                  "floor embed": percentiles(floor["embed"]),
+                                  "floor sql (hnsw)": percentiles(floor["sql"]),
+                                  "floor (embed+sql)": percentiles(floor["sum"]),
+                              }}
+    finally:
+        store.close()
+    if not args.no_client:
+        with watch("client"), worker_client(url, workdir) as client:
+            for label, agent in agents.items():
+                results[label]["latency_ms"]["client"] = percentiles(
+                    measure_client(client, agent, qs))
+    for block in results.values():  # a fixed order for the table
+        order = ("in-process", "client", "floor embed", "floor sql (hnsw)",
+                 "floor (embed+sql)")
+        block["latency_ms"] = {k: block["latency_ms"][k] for k in order
+                               if k in block["latency_ms"]}
+    return results
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,526 @@
+"""Seeding a large memoryd store for the scale benchmarks (recall latency, maintenance).
+
+Layout of a seeded store (``total`` memories over ``agents`` agents):
+
+- ``agent-big``: ``big_agent_size`` memories, stored through ``MemoryStore.store_many``;
+- ``agent-typical``: ``typical_agent_size`` memories, stored through ``store_many`` with
+  real MiniLM embeddings;
+- ``bg-0000`` ... : the other agents share the rest. Their rows are generated server-side
+  (``INSERT ... SELECT ... FROM generate_series``) from a pool of distinct sentences
+  embedded once, each row's vector being its pool sentence's vector plus a small fixed
+  noise vector (re-normalized), so no two rows share a vector and the HNSW graph is
+  not a pile of exact duplicates.
+
+Embedding a million sentences takes most of an hour on two cores, so only the pool
+and the queried agents are embedded. By default the big agent's vectors come from the
+pool too (same sentence + noise; contents are distinct and stored through the real
+API); ``real_big_embeddings=True`` embeds all of its sentences instead.
+
+The HNSW and GIN indexes are dropped before the bulk load and rebuilt afterwards with
+generous ``maintenance_work_mem``; the build times are recorded in ``SeedInfo``.
+
+Reuse: ``seeded_cluster(dir, ...)`` seeds into ``dir`` once (``seed.json`` records what
+is there) and later calls just start the server. Other benchmarks use
+
+    with seeded_cluster(path, total=1_000_000) as (url, info): ...
+
+or the pieces: ``start_server(dir)``, ``seed(url, ...)``, ``open_seeded(dir)``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from sqlalchemy import Engine, create_engine, text
+
+from bench.common import progress as _progress
+from bench.common import progress_bar as _progress_bar
+
+BIG_AGENT = "agent-big"
+TYPICAL_AGENT = "agent-typical"
+BACKGROUND_PREFIX = "bg-"
+POOL_SIZE = 20_000
+NOISE_VECTORS = 997            # prime, so (pool row, noise row) pairs do not repeat early
+NOISE_NORM = 0.35              # relative to the unit sentence vector
+STORE_BATCH = 500
+INSERT_CHUNK = 50_000
+SEED_FILE = "seed.json"
+SEED_VERSION = 1
+
+# Server settings while loading (no WAL for index builds, big sort memory) ...
+LOAD_OPTIONS = {
+    "shared_buffers": "4GB", "maintenance_work_mem": "8GB",
+    "max_parallel_maintenance_workers": "2", "max_worker_processes": "8",
+    "synchronous_commit": "off", "max_wal_size": "32GB", "checkpoint_timeout": "30min",
+    "wal_level": "minimal", "max_wal_senders": "0", "autovacuum": "off",
+}
+# ... and while serving (a sized server; durability settings left at their defaults).
+SERVE_OPTIONS = {
+    "shared_buffers": "6GB", "effective_cache_size": "16GB", "work_mem": "16MB",
+    "maintenance_work_mem": "2GB", "max_wal_size": "8GB", "random_page_cost": "1.1",
+}
+
+# --- deterministic sentences ---------------------------------------------------------
+PEOPLE = ("Alice", "Bruno", "Chen", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas",
+          "Kemal", "Lena", "Mateo", "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Sven", "Tariq",
+          "Uma", "Viktor", "Wen", "Ximena", "Yusuf", "Zoe", "the user", "my manager",
+          "the landlord", "our designer")
+CITIES = ("Lisbon", "Oslo", "Nairobi", "Kyoto", "Denver", "Porto", "Tallinn", "Seoul",
+          "Montreal", "Cusco", "Hanoi", "Zurich", "Austin", "Dublin", "Marrakesh", "Perth",
+          "Helsinki", "Valencia", "Lagos", "Bergen", "Krakow", "Osaka", "Quito", "Adelaide")
+FOODS = ("green tea", "espresso", "ramen", "sourdough bread", "dark chocolate", "oat milk",
+         "spicy curry", "grilled fish", "vegan burgers", "mango sorbet", "black coffee",
+         "lentil soup", "sushi", "falafel", "pho", "blueberry pancakes", "kimchi",
+         "goat cheese", "pad thai", "cold brew")
+PROJECTS = ("billing", "onboarding", "search", "mobile app", "data pipeline", "analytics",
+            "checkout", "recommendation", "notifications", "reporting", "auth", "inventory",
+            "migration", "payroll", "CRM", "dashboard")
+TECH = ("PostgreSQL", "Redis", "Kafka", "Rust", "Go", "TypeScript", "Kubernetes", "Terraform",
+        "GraphQL", "gRPC", "SQLite", "Elasticsearch", "React", "Django", "FastAPI", "Celery")
+RELATIVES = ("sister", "brother", "mother", "father", "cousin", "aunt", "uncle", "daughter",
+             "son", "grandmother", "partner", "best friend")
+JOBS = ("nurse", "architect", "teacher", "software engineer", "chef", "pilot", "lawyer",
+        "photographer", "dentist", "accountant", "carpenter", "journalist")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+HOBBIES = ("rock climbing", "pottery", "chess", "trail running", "painting", "the violin",
+           "birdwatching", "baking", "sailing", "yoga", "photography", "gardening",
+           "salsa dancing", "woodworking", "cycling", "knitting")
+THINGS = ("laptop", "car", "bike", "phone", "dishwasher", "router", "printer", "heater",
+          "coffee machine", "camera", "washing machine", "keyboard")
+MOODS = ("frustrated", "relieved", "excited", "anxious", "tired", "proud", "annoyed",
+         "hopeful")
+EVENTS = ("conference", "wedding", "marathon", "workshop", "concert", "job interview",
+          "family reunion", "hackathon", "book fair", "film festival")
+ALLERGENS = ("peanuts", "shellfish", "gluten", "lactose", "pollen", "cats", "penicillin",
+             "sesame")
+DOCS = ("design doc", "budget", "contract", "release notes", "roadmap", "slide deck",
+        "postmortem", "test plan", "invoice", "proposal")
+VOCAB: dict[str, Sequence[str]] = {
+    "person": PEOPLE, "person2": PEOPLE, "city": CITIES, "city2": CITIES, "food": FOODS,
+    "food2": FOODS, "project": PROJECTS, "tech": TECH, "tech2": TECH, "relative": RELATIVES,
+    "job": JOBS, "month": MONTHS, "weekday": WEEKDAYS, "hobby": HOBBIES, "thing": THINGS,
+    "mood": MOODS, "event": EVENTS, "allergen": ALLERGENS, "doc": DOCS,
+    "n": tuple(str(i) for i in range(2, 61)),
+}
+STATEMENTS = (
+    "{person} prefers {food} over {food2}, especially when eating out in {city}.",
+    "{person} mentioned that their {relative} lives in {city} and works as a {job}.",
+    "The {project} deadline moved to {weekday} after the review with {person}.",
+    "We decided to use {tech} instead of {tech2} for the {project} service.",
+    "{person} is allergic to {allergen} and always checks menus carefully in {city}.",
+    "{person} plans to travel to {city} in {month} for a {event}.",
+    "Task: finish the {doc} for the {project} team before {weekday}.",
+    "On {weekday} {person} felt {mood} because the {thing} stopped working again.",
+    "{person} has been practising {hobby} for {n} months and wants to get better.",
+    "The {project} migration to {tech} took {n} days and {person} led it.",
+    "{person} asked me to remind them about the {event} in {city} next {month}.",
+    "{person} said the {thing} was repaired in {city} for about {n} euros.",
+    "Our {project} budget for {month} is {n} thousand and {person} approved it.",
+    "{person} usually drinks {food} on {weekday} mornings before work.",
+    "{person}'s {relative} recommended a {job} in {city2} who speaks three languages.",
+    "{person} moved from {city} to {city2} in {month} and started {hobby} there.",
+    "The {doc} for {project} still lacks a section on {tech}, according to {person}.",
+    "{person} felt {mood} after the {event} and wants to skip the next one.",
+    "{person} and {person2} share a {thing} and argue about it every {weekday}.",
+    "Reminder: {person} dislikes {food} and should not be offered it at the {event}.",
+)
+QUESTIONS = (
+    "What does {person} like to eat in {city}?",
+    "Where does {person}'s {relative} live and what is their job?",
+    "When is the {project} deadline now?",
+    "Which technology did we pick for the {project} service?",
+    "What is {person} allergic to?",
+    "When is {person} going to {city}?",
+    "What do I need to prepare for the {project} team?",
+    "Why was {person} {mood} last week?",
+    "How long has {person} been doing {hobby}?",
+    "Who led the {project} migration to {tech}?",
+    "Is there an {event} coming up in {city}?",
+    "How much did the {thing} repair cost?",
+    "What is the {project} budget for {month}?",
+    "What does {person} drink in the morning?",
+    "Can anyone recommend a {job} in {city2}?",
+    "Where did {person} move to and when?",
+    "What is missing from the {project} {doc}?",
+    "How did {person} feel about the {event}?",
+    "Who shares a {thing} with {person}?",
+    "Which food should we avoid serving {person}?",
+)
+_SLOT_CACHE: dict[str, list[str]] = {}
+
+
+def _slots(template: str) -> list[str]:
+    if template not in _SLOT_CACHE:
+        import string
+
+        _SLOT_CACHE[template] = [name for _, name, _, _ in string.Formatter().parse(template)
+                                 if name]
+    return _SLOT_CACHE[template]
+
+
+def _fill(template: str, rng: random.Random) -> str:
+    values = {name: rng.choice(VOCAB[name]) for name in _slots(template)}
+    sentence = template.format(**values)
+    return sentence[0].upper() + sentence[1:]
+
+
+def sentences(count: int, seed: int, *, exclude: set[str] | None = None) -> list[str]:
+    """``count`` distinct statements from the templates, the same for the same seed."""
+    rng = random.Random(seed)
+    seen: set[str] = set(exclude or ())
+    out: list[str] = []
+    attempts = 0
+    while len(out) < count:
+        attempts += 1
+        if attempts > 50 * count + 1000:
+            raise ValueError(f"cannot generate {count} distinct sentences")
+        sentence = _fill(rng.choice(STATEMENTS), rng)
+        if sentence not in seen:
+            seen.add(sentence)
+            out.append(sentence)
+    return out
+
+
+def queries(count: int, seed: int = 7) -> list[str]:
+    """``count`` questions from the question templates (never equal to a statement)."""
+    rng = random.Random(seed)
+    return [_fill(rng.choice(QUESTIONS), rng) for _ in range(count)]
+
+
+def _noise(count: int, dim: int, seed: int) -> npt.NDArray[np.float32]:
+    rng = np.random.default_rng(seed)
+    raw = rng.standard_normal((count, dim)).astype(np.float32)
+    raw *= NOISE_NORM / np.linalg.norm(raw, axis=1, keepdims=True)
+    return raw
+
+
+def _unit(v: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    out: npt.NDArray[np.float32] = (v / np.linalg.norm(v, axis=-1, keepdims=True)).astype(
+        np.float32)
+    return out
+
+
+# --- seeding ---------------------------------------------------------------------
+@dataclass
+class SeedInfo:
+    total: int
+    agents: int
+    big_agent: str
+    big_agent_size: int
+    typical_agent: str
+    typical_agent_size: int
+    background_agents: int
+    background_rows: int
+    pool_size: int
+    real_big_embeddings: bool
+    seconds: dict[str, float] = field(default_factory=dict)
+    created_at: str = ""
+    version: int = SEED_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SeedInfo:
+        return cls(**data)
+
+
+class PrecomputedEmbedder:
+    """An embedder answering from a text -> vector map (texts embedded elsewhere)."""
+
+    def __init__(self, vectors: dict[str, npt.NDArray[np.float32]], dim: int) -> None:
+        self.dim = dim
+        self._vectors = vectors
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self._vectors[t] for t in texts]).astype(np.float32, copy=False)
+
+
+def _engine(url: str) -> Engine:
+    from memoryd.db.engine import normalize_url
+
+    return create_engine(normalize_url(url), pool_size=2, max_overflow=2)
+
+
+def _index_defs(engine: Engine, names: Sequence[str]) -> dict[str, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories' "
+            "AND indexname = ANY(:n)"), {"n": list(names)}).all()
+    return {r.indexname: r.indexdef for r in rows}
+
+
+def _bar(total: int, show: bool, **kwargs: Any) -> Any:
+    if show:
+        return _progress_bar(total, **kwargs)
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=True)
+
+
+def _say(enabled: bool, message: str) -> None:
+    if enabled:
+        import sys
+
+        print(message, file=sys.stderr, flush=True)
+
+
+def seed(url: str, *, total: int = 1_000_000, agents: int = 1_000,
+         big_agent_size: int = 100_000, typical_agent_size: int = 1_000,
+         pool_size: int = POOL_SIZE, real_big_embeddings: bool = False,
+         embedder: Any = None, progress: bool = True) -> SeedInfo:
+    """Fill the (migrated or empty) database at ``url``; returns what was loaded.
+
+    The database should be empty of memories: seeding is not incremental.
+    """
+    from memoryd.memory.embeddings import DIM, get_embedder
+    from memoryd.memory.store import MemoryStore
+
+    if agents < 3 or big_agent_size + typical_agent_size >= total:
+        raise ValueError("need at least 3 agents and room for background rows")
+    background_agents = agents - 2
+    background_rows = total - big_agent_size - typical_agent_size
+    embedder = embedder or get_embedder()
+    seconds: dict[str, float] = {}
+    engine = _engine(url)
+    store = MemoryStore(url, embedder=embedder)
+    try:
+        t0 = time.perf_counter()
+        store.migrate()
+        with engine.begin() as conn:
+            if conn.execute(text("SELECT EXISTS (SELECT 1 FROM memories)")).scalar_one():
+                raise RuntimeError("the database already holds memories; seed an empty one")
+        # 1. Pool of distinct sentences, embedded once; noise vectors.
+        pool_n = min(pool_size, max(background_rows, 1))
+        pool = sentences(pool_n, seed=1)
+        t = time.perf_counter()
+        pool_vectors = _embed(embedder, pool, progress, "embedding pool")
+        seconds["embed_pool"] = time.perf_counter() - t
+        noise = _noise(NOISE_VECTORS, DIM, seed=3)
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS bench_pool, bench_noise"))
+            conn.execute(text("CREATE UNLOGGED TABLE bench_pool (i int PRIMARY KEY, "
+                              "content text NOT NULL, embedding vector(384) NOT NULL)"))
+            conn.execute(text("CREATE UNLOGGED TABLE bench_noise (j int PRIMARY KEY, "
+                              "v vector(384) NOT NULL)"))
+            _copy(conn, "bench_pool (i, content, embedding)",
+                  ((i, s, _vec(v)) for i, (s, v) in enumerate(zip(pool, pool_vectors,
+                                                                   strict=True))))
+            _copy(conn, "bench_noise (j, v)", ((j, _vec(v)) for j, v in enumerate(noise)))
+        # 2. Drop the vector and full-text indexes for the bulk load.
+        defs = _index_defs(engine, ("ix_memories_embedding_hnsw", "ix_memories_agent_tsv"))
+        with engine.begin() as conn:
+            for name in defs:
+                conn.execute(text(f"DROP INDEX {name}"))
+        # 3. Background rows, server-side.
+        t = time.perf_counter()
+        with _bar(background_rows, progress, desc="background rows", unit="row") as bar:
+            for lo in range(0, background_rows, INSERT_CHUNK):
+                hi = min(lo + INSERT_CHUNK, background_rows) - 1
+                with engine.begin() as conn:
+                    conn.execute(text(_BACKGROUND_INSERT), {
+                        "lo": lo, "hi": hi, "pool": pool_n, "noise": NOISE_VECTORS,
+                        "agents": background_agents})
+                bar.update(hi - lo + 1)
+        seconds["load_background"] = time.perf_counter() - t
+        # 4. The queried agents, through the real API.
+        t = time.perf_counter()
+        typical = sentences(typical_agent_size, seed=11)
+        _store(store, TYPICAL_AGENT, typical, progress)
+        seconds["store_typical"] = time.perf_counter() - t
+        t = time.perf_counter()
+        big = sentences(big_agent_size, seed=12, exclude=set(typical))
+        if real_big_embeddings:
+            _store(store, BIG_AGENT, big, progress)
+        else:
+            big_store = MemoryStore(url, engine=store.engine,
+                                    embedder=_pool_embedder(big, pool, pool_vectors, noise))
+            _store(big_store, BIG_AGENT, big, progress)
+        seconds["store_big"] = time.perf_counter() - t
+        # 5. Indexes back, statistics.
+        for name, ddl in defs.items():
+            _say(progress, f"building {name} ...")
+            t = time.perf_counter()
+            with engine.begin() as conn:
+                conn.execute(text("SET LOCAL maintenance_work_mem = '8GB'"))
+                conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 2"))
+                conn.execute(text(ddl))
+            seconds[f"build_{name}"] = time.perf_counter() - t
+            _say(progress, f"built {name} in {seconds[f'build_{name}']:.1f} s")
+        t = time.perf_counter()
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS bench_pool, bench_noise"))
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(text("VACUUM (ANALYZE) memories"))
+        seconds["vacuum_analyze"] = time.perf_counter() - t
+        seconds["total"] = time.perf_counter() - t0
+        return SeedInfo(total=total, agents=agents, big_agent=BIG_AGENT,
+                        big_agent_size=big_agent_size, typical_agent=TYPICAL_AGENT,
+                        typical_agent_size=typical_agent_size,
+                        background_agents=background_agents, background_rows=background_rows,
+                        pool_size=pool_n, real_big_embeddings=real_big_embeddings,
+                        seconds={k: round(v, 2) for k, v in seconds.items()},
+                        created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    finally:
+        store.engine.dispose()
+        engine.dispose()
+
+
+# One chunk of background rows: pool sentence (n mod pool) + a distinguishing suffix, its
+# vector plus noise (n mod 997), an agent (n mod agents), a spread of ages and categories.
+_BACKGROUND_INSERT = """
+INSERT INTO memories (agent_id, content, content_hash, category, importance, created_at,
+                      updated_at, embedding)
+SELECT a.agent_id, c.content, encode(sha256(convert_to(c.content, 'UTF8')), 'hex'),
+       (ARRAY['fact', 'preference', 'decision', 'task', 'context', 'event'])[1 + g.n % 6],
+       0.3 + (g.n % 5) * 0.1,
+       now() - make_interval(days => g.n % 400, secs => g.n % 86400),
+       now() - make_interval(days => g.n % 400, secs => g.n % 86400),
+       l2_normalize(p.embedding + z.v)
+FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g(n)
+JOIN bench_pool p ON p.i = g.n % :pool
+JOIN bench_noise z ON z.j = g.n % :noise
+CROSS JOIN LATERAL (SELECT 'bg-' || lpad((g.n % :agents)::text, 4, '0') AS agent_id) a
+CROSS JOIN LATERAL (SELECT p.content || ' (note ' || g.n || ')' AS content) c
+"""
+
+
+def _vec(v: npt.NDArray[np.float32]) -> str:
+    from memoryd.memory.embeddings import to_pgvector
+
+    return to_pgvector(v)
+
+
+def _copy(conn: Any, target: str, rows: Iterator[tuple[Any, ...]]) -> None:
+    raw = conn.connection.driver_connection
+    with raw.cursor() as cur, cur.copy(f"COPY {target} FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _embed(embedder: Any, texts: Sequence[str], show: bool,
+           desc: str) -> npt.NDArray[np.float32]:
+    out = np.empty((len(texts), embedder.dim), dtype=np.float32)
+    batch = 256
+    steps = range(0, len(texts), batch)
+    for start in (_progress(steps, desc=desc, unit="batch") if show else steps):
+        out[start:start + batch] = embedder.embed(texts[start:start + batch])
+    return out
+
+
+def _pool_embedder(texts: Sequence[str], pool: Sequence[str],
+                   pool_vectors: npt.NDArray[np.float32],
+                   noise: npt.NDArray[np.float32]) -> PrecomputedEmbedder:
+    """Vectors for ``texts`` borrowed from the pool (i-th text: pool row i mod pool,
+    noise row i mod noise) - each text is paired with a pool sentence's meaning."""
+    vectors = {}
+    for i, t in enumerate(texts):
+        vectors[t] = _unit(pool_vectors[i % len(pool)] + noise[(i * 7) % len(noise)])
+    return PrecomputedEmbedder(vectors, pool_vectors.shape[1])
+
+
+def _store(store: Any, agent: str, texts: Sequence[str], show: bool) -> None:
+    now = datetime.now(UTC)
+    with _bar(len(texts), show, desc=f"store_many {agent}", unit="memory") as bar:
+        for start in range(0, len(texts), STORE_BATCH):
+            chunk = texts[start:start + STORE_BATCH]
+            items = [{"content": t, "created_at": now - timedelta(minutes=37 * (start + i))}
+                     for i, t in enumerate(chunk)]
+            results = store.store_many(agent, items)
+            if not all(r.stored for r in results):
+                raise RuntimeError(f"{agent}: some memories were not stored (duplicates?)")
+            bar.update(len(chunk))
+
+
+# --- clusters that outlive a run --------------------------------------------------
+def server(data_dir: Path, options: dict[str, str] | None = None) -> Any:
+    from memoryd.embedded.postgres import EmbeddedPostgres
+
+    return EmbeddedPostgres(Path(data_dir), server_options=dict(
+        SERVE_OPTIONS if options is None else options))
+
+
+def read_info(data_dir: Path) -> SeedInfo | None:
+    path = Path(data_dir) / SEED_FILE
+    if not path.exists():
+        return None
+    info = SeedInfo.from_json(json.loads(path.read_text()))
+    return info if info.version == SEED_VERSION else None
+
+
+def open_seeded(data_dir: Path) -> str:
+    """Start (or reuse) the seeded cluster in ``data_dir``; its URL. The caller stops it
+    with ``server(data_dir).stop()``."""
+    if read_info(data_dir) is None:
+        raise FileNotFoundError(f"{data_dir} holds no seeded memoryd cluster")
+    url: str = server(data_dir).ensure_running()
+    return url
+
+
+def prewarm(url: str) -> None:
+    """Load the table and its indexes into shared buffers (pg_prewarm)."""
+    engine = _engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_prewarm"))
+            names = conn.execute(text(
+                "SELECT indexrelid::regclass::text FROM pg_index "
+                "WHERE indrelid = 'memories'::regclass")).scalars().all()
+            for name in ["memories", *names]:
+                conn.execute(text("SELECT pg_prewarm(CAST(:r AS regclass))"), {"r": name})
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def seeded_cluster(data_dir: Path, *, total: int, agents: int, big_agent_size: int,
+                   typical_agent_size: int, real_big_embeddings: bool = False,
+                   show: bool = True, load_options: dict[str, str] | None = None,
+                   serve_options: dict[str, str] | None = None
+                   ) -> Iterator[tuple[str, SeedInfo]]:
+    """A running cluster in ``data_dir`` holding the requested seed (seeded now unless it
+    already is); stopped on exit, the directory kept. The server settings default to
+    ``LOAD_OPTIONS`` while seeding and ``SERVE_OPTIONS`` afterwards."""
+    import shutil
+
+    data_dir = Path(data_dir)
+    want = (total, agents, big_agent_size, typical_agent_size, real_big_embeddings)
+    info = read_info(data_dir)
+    if info is not None and (info.total, info.agents, info.big_agent_size,
+                             info.typical_agent_size, info.real_big_embeddings) != want:
+        raise ValueError(f"{data_dir} holds a different seed ({info.total} memories); "
+                         "use another directory")
+    if info is None:
+        if (data_dir / "pgdata").exists():
+            server(data_dir).stop()
+            shutil.rmtree(data_dir / "pgdata")  # an interrupted seeding
+        loader = server(data_dir, LOAD_OPTIONS if load_options is None else load_options)
+        try:
+            url = loader.ensure_running()
+            info = seed(url, total=total, agents=agents, big_agent_size=big_agent_size,
+                        typical_agent_size=typical_agent_size,
+                        real_big_embeddings=real_big_embeddings, progress=show)
+        finally:
+            loader.stop()
+        (data_dir / SEED_FILE).write_text(json.dumps(info.to_json(), indent=2) + "\n")
+    serving = server(data_dir, serve_options)
+    url = serving.ensure_running()
+    try:
+        yield url, info
+    finally:
+        serving.stop()
