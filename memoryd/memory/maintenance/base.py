@@ -292,12 +292,10 @@ def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
 
 
 def _load_jobs() -> None:
-    """Import the job modules so their ``@job`` registrations run."""
+    """Import every module of this package so their ``@job`` registrations run."""
     import importlib
+    import pkgutil
 
-    for module in ("decay", "eviction", "dedup", "summarize", "cortex", "sessions"):
-        try:
-            importlib.import_module(f"memoryd.memory.maintenance.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"memoryd.memory.maintenance.{module}":
-                raise
+    package = importlib.import_module("memoryd.memory.maintenance")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"memoryd.memory.maintenance.{module.name}")
