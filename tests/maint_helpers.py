@@ -1,4 +1,5 @@
-"""Helpers shared by the maintenance job tests (decay, eviction, dedup).
+"""Helpers shared by the maintenance job tests (decay, eviction, dedup, sessions, cortex,
+summarize).
 
 Rows are written through ``MemoryStore.store_many`` (real embeddings) or, for bulk
 data whose meaning does not matter, one set-based INSERT reusing a single embedding.
@@ -9,15 +10,19 @@ plain UPDATEs, the way agents' activity and earlier jobs would have left them.
 from __future__ import annotations
 
 import json
+import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 
 from memoryd import clock
+from memoryd.errors import LLMUnavailable
+from memoryd.memory.llm import set_llm
 from memoryd.memory.maintenance.base import RunRecord, run_job
 from memoryd.memory.store import MemoryStore
 
@@ -136,3 +141,72 @@ def run_evict_in_child(pg_url: str, batch_size: int) -> None:
         run_job(store, "evict", params={"batch_size": batch_size})
     finally:
         store.engine.dispose()
+
+
+# --- shared by the LLM-driven job tests (sessions, cortex, summarize) --------------------
+
+
+@dataclass
+class FakeLLM:
+    """Implements the LLM protocol; records every call in ``prompts`` and ``calls``
+    (system, prompt).
+
+    The reply to call number n (1-based): ``facts`` when set and the system prompt asks for
+    durable facts; else ``gist`` when set; else ``reply(prompt, n)`` when given; else
+    ``f"{word} {n}."``. From call number ``fail_on`` (0-based) on it raises
+    ``LLMUnavailable(error, retry_after=retry_after)``. ``during`` runs inside each call
+    (to interleave an agent's writes deterministically), then it sleeps ``delay_s``.
+    """
+
+    name: str = "fake-model"
+    word: str = "Chunk summary"
+    reply: Callable[[str, int], str] | None = None
+    facts: str | None = None
+    gist: str | None = None
+    fail_on: int | None = None
+    error: str = "overloaded"
+    retry_after: float = 5.0
+    during: Callable[[], None] | None = None
+    delay_s: float = 0.0
+    prompts: list[str] = field(default_factory=list)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        if self.fail_on is not None and len(self.prompts) >= self.fail_on:
+            raise LLMUnavailable(self.error, retry_after=self.retry_after)
+        self.prompts.append(prompt)
+        self.calls.append((system, prompt))
+        if self.during is not None:
+            self.during()
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        n = len(self.prompts)
+        if self.facts is not None and "durable facts" in system:
+            return self.facts
+        if self.gist is not None:
+            return self.gist
+        if self.reply is not None:
+            return self.reply(prompt, n)
+        return f"{self.word} {n}."
+
+
+def frozen_clock() -> Iterator[datetime]:
+    """The body of the autouse ``frozen_now`` fixtures: the jobs' clock stopped at the
+    current time (yielded), no LLM override; the clock is restored afterwards."""
+    now = datetime.now(UTC)
+    clock.set_clock(lambda: now)
+    set_llm(None)
+    yield now
+    clock.set_clock(None)
+
+
+def memory_row(store: MemoryStore, memory_id: str) -> Any:
+    """The memory's row as a mapping, or None when there is no such memory."""
+    with store.session() as session:
+        return session.execute(text("SELECT * FROM memories WHERE id = :id"),
+                               {"id": memory_id}).mappings().first()
+
+
+def scalar(store: MemoryStore, sql: str, **params: Any) -> Any:
+    with store.session() as session:
+        return session.execute(text(sql), params).scalar_one()

@@ -8,16 +8,16 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
+from maint_helpers import FakeLLM as SharedFakeLLM
+from maint_helpers import frozen_clock
 from sqlalchemy import text
 
-from memoryd import clock
 from memoryd.errors import LLMUnavailable
-from memoryd.memory.llm import set_llm
 from memoryd.memory.maintenance import run_job
 from memoryd.memory.store import MemoryStore
 
@@ -27,31 +27,15 @@ FACTS = "The user lives in Lisbon.\nThe user prefers green tea."
 GIST = "The user talked about moving to Lisbon and their tea habits."
 
 
-@dataclass
-class FakeLLM:
-    """Implements the LLM protocol: canned facts or gist depending on the system prompt;
-    records prompts; raises ``LLMUnavailable`` from call number ``fail_on`` (0-based)."""
-
-    name: str = "fake-model"
-    facts: str = FACTS
-    gist: str = GIST
-    fail_on: int | None = None
-    calls: list[tuple[str, str]] = field(default_factory=list)
-
-    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
-        if self.fail_on is not None and len(self.calls) >= self.fail_on:
-            raise LLMUnavailable("rate limited", retry_after=3.0)
-        self.calls.append((system, prompt))
-        return self.facts if "durable facts" in system else self.gist
+# The shared fake with this module's defaults: canned facts or gist depending on the
+# system prompt; from call ``fail_on`` (0-based) on it raises ``LLMUnavailable``.
+FakeLLM = partial(SharedFakeLLM, facts=FACTS, gist=GIST, error="rate limited",
+                  retry_after=3.0)
 
 
 @pytest.fixture(autouse=True)
 def frozen_now() -> Iterator[datetime]:
-    now = datetime.now(UTC)
-    clock.set_clock(lambda: now)
-    set_llm(None)
-    yield now
-    clock.set_clock(None)
+    yield from frozen_clock()
 
 
 CHAT = ["Hi, I am moving to Lisbon next month.", "Lisbon is lovely! Need help?",

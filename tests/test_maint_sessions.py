@@ -11,22 +11,21 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pytest
+from maint_helpers import FakeLLM, frozen_clock, scalar
+from maint_helpers import memory_row as _memory
 from sqlalchemy import text
 
-from memoryd import clock
 from memoryd.errors import LLMUnavailable, ValidationError
 from memoryd.memory.embeddings import to_pgvector
-from memoryd.memory.llm import set_llm
 from memoryd.memory.maintenance import run_job
-from memoryd.memory.maintenance.sessions import (
-    SUMMARY_PREFIX,
+from memoryd.memory.maintenance.compact import SUMMARY_PREFIX
+from memoryd.memory.maintenance.repair import (
     TRUNCATION_MARKER,
     sort_by_ts,
     truncate_text,
@@ -39,34 +38,9 @@ OTHER = "agent-sess-other"
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
-@dataclass
-class FakeLLM:
-    """Implements the LLM protocol: numbered canned summaries, recorded prompts, an
-    ``LLMUnavailable`` from call ``fail_on`` (0-based) on, and an optional side effect
-    run inside the call (to interleave an agent's writes deterministically)."""
-
-    name: str = "fake-model"
-    word: str = "Chunk summary"
-    fail_on: int | None = None
-    during: Callable[[], None] | None = None
-    prompts: list[str] = field(default_factory=list)
-
-    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
-        if self.fail_on is not None and len(self.prompts) >= self.fail_on:
-            raise LLMUnavailable("overloaded", retry_after=5.0)
-        self.prompts.append(prompt)
-        if self.during is not None:
-            self.during()
-        return f"{self.word} {len(self.prompts)}."
-
-
 @pytest.fixture(autouse=True)
 def frozen_now() -> Iterator[datetime]:
-    now = datetime.now(UTC)
-    clock.set_clock(lambda: now)
-    set_llm(None)
-    yield now
-    clock.set_clock(None)
+    yield from frozen_clock()
 
 
 def _chat(store: MemoryStore, session_id: str, n: int, agent: str = AGENT,
@@ -91,15 +65,8 @@ def _ids(store: MemoryStore, session_id: str, agent: str = AGENT) -> list[str]:
     return [m["id"] for m in _session(store, session_id, agent)["messages"]]
 
 
-def _memory(store: MemoryStore, memory_id: str) -> Any:
-    with store.session() as session:
-        return session.execute(text("SELECT * FROM memories WHERE id = :id"),
-                               {"id": memory_id}).mappings().first()
-
-
 def _count(store: MemoryStore, sql: str, **params: Any) -> int:
-    with store.session() as session:
-        return int(session.execute(text(sql), params).scalar_one())
+    return int(scalar(store, sql, **params))
 
 
 def _snapshot(store: MemoryStore) -> list[tuple[Any, ...]]:

@@ -5,18 +5,20 @@ and agents storing while it runs."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
+from maint_helpers import FakeLLM as SharedFakeLLM
+from maint_helpers import frozen_clock
+from maint_helpers import memory_row as _row
+from maint_helpers import scalar as _scalar
 from sqlalchemy import text
 
-from memoryd import clock
 from memoryd.errors import LLMUnavailable
-from memoryd.memory.llm import set_llm
 from memoryd.memory.maintenance import run_job
 from memoryd.memory.maintenance.summarize import bounded, chunk_sizes
 from memoryd.memory.store import MemoryStore
@@ -25,49 +27,21 @@ AGENT = "agent-sum"
 OTHER = "agent-sum-other"
 
 
-@dataclass
-class FakeLLM:
-    """Implements the LLM protocol: records prompts, replies with ``reply(prompt, n)``,
-    and raises ``LLMUnavailable`` from call number ``fail_on`` (0-based) on."""
-
-    reply: Callable[[str, int], str] = lambda prompt, n: f"Fake summary number {n}."
-    name: str = "fake-model"
-    fail_on: int | None = None
-    delay_s: float = 0.0
-    prompts: list[str] = field(default_factory=list)
-
-    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
-        if self.fail_on is not None and len(self.prompts) >= self.fail_on:
-            raise LLMUnavailable("overloaded", retry_after=7.0)
-        self.prompts.append(prompt)
-        time.sleep(self.delay_s)
-        return self.reply(prompt, len(self.prompts))
+# The shared fake with this module's defaults: replies "Fake summary number <n>." unless
+# given ``reply(prompt, n)``; from call ``fail_on`` (0-based) on it raises
+# ``LLMUnavailable`` with retry_after 7.
+FakeLLM = partial(SharedFakeLLM, word="Fake summary number", retry_after=7.0)
 
 
 @pytest.fixture(autouse=True)
 def frozen_now() -> Iterator[datetime]:
-    now = datetime.now(UTC)
-    clock.set_clock(lambda: now)
-    set_llm(None)
-    yield now
-    clock.set_clock(None)
+    yield from frozen_clock()
 
 
 def _old(store: MemoryStore, content: str, days: int = 40, agent: str = AGENT,
          **fields: Any) -> str:
     created = datetime.now(UTC) - timedelta(days=days)
     return str(store.store(agent, content, created_at=created, **fields).id)
-
-
-def _row(store: MemoryStore, memory_id: str) -> Any:
-    with store.session() as session:
-        return session.execute(text("SELECT * FROM memories WHERE id = :id"),
-                               {"id": memory_id}).mappings().one()
-
-
-def _scalar(store: MemoryStore, sql: str, **params: Any) -> Any:
-    with store.session() as session:
-        return session.execute(text(sql), params).scalar_one()
 
 
 def _snapshot(store: MemoryStore) -> list[tuple[Any, ...]]:

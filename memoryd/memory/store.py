@@ -173,22 +173,23 @@ class MemoryStore:
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
-        with self.session() as session:
-            row = session.execute(text(
-                f"SELECT {select_list()} FROM memories m WHERE m.agent_id = :a AND m.id = :id"),
-                {"a": agent, "id": mid}).mappings().first()
-        if row is None:
-            raise NotFound(f"memory {mid} not found for this agent")
-        return to_memory(row)
+        return self._fetch_one("m.agent_id = :a AND m.id = :id", {"a": agent, "id": mid},
+                               f"memory {mid} not found for this agent")
 
     def get_by_key(self, agent_id: str, key: str) -> Memory:
         agent, memory_key = check.agent_id(agent_id), check.short_text("key", key)
+        return self._fetch_one("m.agent_id = :a AND m.key = :k", {"a": agent, "k": memory_key},
+                               f"no memory with key {memory_key!r} for this agent")
+
+    def _fetch_one(self, where_sql: str, params: Mapping[str, Any],
+                   not_found_message: str) -> Memory:
+        """The one memory (alias ``m``) matching ``where_sql``; ``NotFound`` if none."""
         with self.session() as session:
             row = session.execute(text(
-                f"SELECT {select_list()} FROM memories m WHERE m.agent_id = :a AND m.key = :k"),
-                {"a": agent, "k": memory_key}).mappings().first()
+                f"SELECT {select_list()} FROM memories m WHERE {where_sql}"),
+                params).mappings().first()
         if row is None:
-            raise NotFound(f"no memory with key {memory_key!r} for this agent")
+            raise NotFound(not_found_message)
         return to_memory(row)
 
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,

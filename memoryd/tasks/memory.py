@@ -4,17 +4,97 @@ message gets the same ``ValidationError`` as a client call."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
+import structlog
+
+from memoryd import validation as check
+from memoryd.errors import ValidationError
+from memoryd.memory import writes
 from memoryd.tasks.base import MemorydTask, dump, get_store
+from memoryd.types import StoreItem
 from memoryd.worker import app
+from memoryd.worker.batching import DONE, FAILED, FALLBACK, BatchItem, batching_strategy
+
+log = structlog.get_logger(__name__)
+
+# Store messages a worker embeds and writes together (see memoryd.worker.batching).
+STORE_MAX_BATCH = 64
+STORE_MAX_HELD = 256
 
 
-@app.task(name="memoryd.store", base=MemorydTask)
+class StoreTask(MemorydTask):
+    """``memoryd.store`` messages are batched by the worker that receives them."""
+
+    abstract = True
+
+    def Strategy(self, task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
+        return batching_strategy(task, app, consumer, store_batch,
+                                 max_batch=STORE_MAX_BATCH, max_held=STORE_MAX_HELD, **kwargs)
+
+
+@app.task(name="memoryd.store", base=StoreTask)
 def store(agent_id: str, content: str, **fields: Any) -> Any:
     """Store one memory. Idempotent: a redelivered message finds the row its first
-    delivery wrote (dedup by content hash) and returns it with duplicate=True."""
+    delivery wrote (dedup by content hash) and returns it with duplicate=True.
+
+    A worker runs these messages in batches (``store_batch``); this body is the
+    ordinary path for a message a batch left to run alone."""
     return dump(get_store().store(agent_id, content, **fields))
+
+
+def store_batch(items: list[BatchItem]) -> list[str]:
+    """Run in a pool process: several ``memoryd.store`` messages with one embedding
+    pass and one transaction. Each message's result (or its ``ValidationError``) is
+    stored under its own task id; the outcomes tell the worker which messages to
+    acknowledge. Anything unexpected is left to the ordinary path (``FALLBACK``)."""
+    backend = store.backend
+    memory_store = get_store()
+    outcomes = [FALLBACK] * len(items)
+    accepted: list[tuple[int, str, str, StoreItem]] = []  # (index, task id, agent, item)
+    for index, (task_id, args, kwargs) in enumerate(items):
+        if args or "agent_id" not in kwargs or "content" not in kwargs:
+            continue  # not the client's shape: the ordinary path reports it
+        fields = dict(kwargs)
+        try:
+            agent = check.agent_id(fields.pop("agent_id"))
+            item = check.store_item({"content": fields.pop("content"), **fields},
+                                    memory_store.settings.max_content_bytes)
+        except ValidationError as exc:
+            backend.mark_as_failure(task_id, exc, call_errbacks=False)
+            outcomes[index] = FAILED
+            continue
+        except Exception:  # noqa: S112 - e.g. an unknown field: the ordinary path raises it
+            continue
+        accepted.append((index, task_id, agent, item))
+    if not accepted:
+        return outcomes
+    try:
+        vectors = memory_store.embedder.embed([item.content for *_, item in accepted])
+        by_agent: dict[str, list[int]] = defaultdict(list)
+        for position, (_, _, agent, _) in enumerate(accepted):
+            by_agent[agent].append(position)
+        results: dict[int, Any] = {}
+        with memory_store.session() as session:
+            for agent, positions in by_agent.items():
+                rows = writes.prepare(agent, [accepted[p][3] for p in positions],
+                                      vectors[positions])
+                for position, result in zip(positions, writes.write(session, rows),
+                                            strict=True):
+                    results[position] = dump(result)
+    except Exception as exc:
+        # Transient database trouble and the like: each message runs alone, retried as usual.
+        log.warning("store.batch_failed", size=len(accepted), error=type(exc).__name__)
+        return outcomes
+    for position, (index, task_id, _, _) in enumerate(accepted):
+        try:
+            backend.mark_as_done(task_id, results[position])
+        except Exception as exc:
+            log.warning("store.batch_result_failed", error=type(exc).__name__)
+            continue  # committed: running it alone returns the row as a duplicate
+        outcomes[index] = DONE
+    return outcomes
 
 
 @app.task(name="memoryd.store_many", base=MemorydTask)

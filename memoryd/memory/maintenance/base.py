@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+NIL_UUID = "00000000-0000-0000-0000-000000000000"  # sorts before every generated id
+
 
 @dataclass
 class JobContext:
@@ -227,26 +229,53 @@ def evict_ids(session: Session, ids: Sequence[Any], reason: str, run_id: int | N
     return int(result.rowcount)
 
 
+_EVICT_BATCH = """
+WITH picked AS MATERIALIZED ({select}),
+gone AS (
+    DELETE FROM memories m WHERE m.id IN (SELECT p.id FROM picked p) RETURNING m.*
+), unlinked AS (
+    DELETE FROM memory_links l USING gone
+    WHERE l.source_id = gone.id AND l.kind <> 'derived_from'
+), moved AS (
+    INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
+    SELECT gone.id, gone.agent_id, :reason, :run_id,
+           to_jsonb(gone) - 'embedding' - 'tsv', gone.embedding
+    FROM gone
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM moved) AS moved,
+       (SELECT p.id FROM picked p ORDER BY p.id DESC LIMIT 1) AS last"""
+
+
 def evict_in_batches(ctx: JobContext, select_ids_sql: str, params: Mapping[str, Any],
                      reason: str) -> tuple[int, bool]:
     """Repeatedly select up to ``batch_size`` ids with ``select_ids_sql`` (which must
-    bind ``:batch``) and evict them, one short transaction per batch.
+    bind ``:batch`` and name its column ``id``) and evict them, one short transaction
+    (and one statement: the ids never leave the server) per batch.
+
+    A select that binds ``:after`` walks the ids in keyset order (``m.id > :after ...
+    ORDER BY m.id``): each batch starts where the previous one ended instead of
+    re-reading the rows it kept, so a sweep reads the table once, not once per batch.
 
     In a dry run, counts the matching rows instead. Returns (rows, complete).
     """
+    after = NIL_UUID
     if ctx.dry_run:
         with ctx.store.session() as session:
             counted = session.execute(text(
                 f"SELECT count(*) FROM ({select_ids_sql.replace('LIMIT :batch', '')}) s"),
-                {**params}).scalar_one()
+                {**params, "after": after}).scalar_one()
         return int(counted), True
+    statement = text(_EVICT_BATCH.format(select=select_ids_sql))
     total = 0
     while True:
         with ctx.store.session() as session:
-            ids = session.execute(text(select_ids_sql),
-                                  {**params, "batch": ctx.batch_size}).scalars().all()
-            total += evict_ids(session, ids, reason, ctx.run_id)
-        if len(ids) < ctx.batch_size:
+            row = session.execute(statement, {**params, "after": after, "batch": ctx.batch_size,
+                                              "reason": reason, "run_id": ctx.run_id}).one()
+        total += int(row.moved)
+        if row.last is not None:
+            after = str(row.last)
+        if int(row.picked) < ctx.batch_size:
             return total, True
         if ctx.out_of_time():
             return total, False

@@ -30,7 +30,11 @@ from memoryd.errors import ValidationError
 from memoryd.memory import llm as llm_mod
 from memoryd.memory import writes
 from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_in_batches, job
-from memoryd.memory.maintenance.sessions import LENGTH_SQL, message_contents, session_keys
+from memoryd.memory.maintenance.session_common import (
+    LENGTH_SQL,
+    message_contents,
+    session_keys,
+)
 from memoryd.memory.maintenance.summarize import (
     bounded,
     llm_label,

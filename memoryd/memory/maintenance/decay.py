@@ -35,9 +35,8 @@ from typing import Any
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, job
+from memoryd.memory.maintenance.base import NIL_UUID, JobContext, JobOutcome, job
 from memoryd.memory.maintenance.dedup import (
-    NIL_UUID,
     Merge,
     load_checkpoint,
     merge_into,

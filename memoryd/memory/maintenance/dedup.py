@@ -24,10 +24,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_ids, job
+from memoryd.memory.maintenance.base import NIL_UUID, JobContext, JobOutcome, evict_ids, job
 from memoryd.memory.maintenance.eviction import check_batch_size, protected
 
-NIL_UUID = "00000000-0000-0000-0000-000000000000"  # sorts before every generated id
+__all__ = ["NIL_UUID", "Merge", "deduplicate", "load_checkpoint", "merge_into",
+           "normalized", "save_checkpoint", "valid_state"]
 
 
 def normalized(alias: str) -> str:

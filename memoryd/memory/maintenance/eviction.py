@@ -66,9 +66,10 @@ _LOW_CONFIDENCE = "m.confidence < :min_confidence"
 
 
 def _age_sql(agent: str) -> str:
-    # ORDER BY id makes batches deterministic (the PK index also serves the LIMIT).
+    # A keyset walk over ids (the PK index serves the order and the LIMIT): each batch
+    # starts after the last id the previous one picked, never re-reading kept rows.
     return f"""SELECT m.id FROM memories m
-        WHERE {agent} AND NOT {protected()} AND {_AGE}
+        WHERE m.id > CAST(:after AS uuid) AND {agent} AND NOT {protected()} AND {_AGE}
         ORDER BY m.id LIMIT :batch"""
 
 
@@ -76,7 +77,8 @@ def _low_confidence_sql(agent: str) -> str:
     # Rows that also qualify by age belong to the age step; excluding them keeps the
     # dry run's counts disjoint (in a real run they are gone already).
     return f"""SELECT m.id FROM memories m
-        WHERE {agent} AND NOT {protected()} AND {_LOW_CONFIDENCE} AND NOT ({_AGE})
+        WHERE m.id > CAST(:after AS uuid) AND {agent} AND NOT {protected()}
+          AND {_LOW_CONFIDENCE} AND NOT ({_AGE})
         ORDER BY m.id LIMIT :batch"""
 
 

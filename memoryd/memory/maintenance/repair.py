@@ -1,314 +1,38 @@
-"""Session maintenance: ``compact_sessions`` and ``repair_sessions``.
+"""``repair_sessions``: fix broken session message lists.
 
-A session row holds an ordered JSONB list of references ``{"id", "role", "ts"}`` to
-memories. Agents append to it concurrently (``messages || new``), so both jobs read a
-session, do the slow work (LLM, embeddings) outside any transaction, and then rewrite it
-under ``FOR UPDATE`` only if the part they read is still the list's prefix; messages
-appended meanwhile are carried over untouched.
-
-This module also holds the session helpers the ``cortex`` job uses.
+The phases are pure functions over one session's list; the job plans a session's repair
+(reads, merged and cut texts, embeddings) outside any transaction, and then rewrites the
+list under ``FOR UPDATE`` only if the part it read is still the list's prefix; messages
+appended meanwhile are carried over untouched (see ``session_common``).
 """
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from memoryd import validation as check
-from memoryd.errors import ValidationError
-from memoryd.memory import llm as llm_mod
-from memoryd.memory import sessions as session_refs
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_ids, job
-from memoryd.memory.maintenance.summarize import (
-    bounded,
-    llm_label,
-    positive,
-    prepare_memories,
+from memoryd.memory.maintenance.session_common import (
+    _read_messages,
+    _Row,
+    _write_session,
+    as_uuid,
+    ref_id,
+    session_keys,
+    single_session,
 )
-from memoryd.memory.writes import content_hash, write
+from memoryd.memory.maintenance.summarize import positive
+from memoryd.memory.writes import content_hash
 
-SUMMARY_PREFIX = "Summary of earlier conversation:"
 TRUNCATION_MARKER = "… [truncated by memoryd repair; full text in evicted_memories]"
-MAX_SUMMARY_IDS = 1000  # stats are stored in the run audit: keep them bounded
-
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
-# A session row written by hand can hold anything: these keep SQL over it from failing.
-MESSAGES_SQL = ("(CASE WHEN jsonb_typeof(s.messages) = 'array' THEN s.messages "
-                "ELSE CAST('[]' AS jsonb) END)")
-LENGTH_SQL = f"jsonb_array_length({MESSAGES_SQL})"
-REF_UUID_SQL = ("(CASE WHEN e.msg->>'id' ~* "
-                "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' "
-                "THEN CAST(e.msg->>'id' AS uuid) END)")
-
-
-# --- shared session helpers -------------------------------------------------------------
-
-
-def message_list(value: object) -> list[Any]:
-    """A session's ``messages`` as a list, whatever a broken row holds."""
-    if isinstance(value, list):
-        return value
-    return [value] if isinstance(value, dict) else []
-
-
-def ref_id(ref: object) -> str | None:
-    """The reference's memory id, if it has a non-empty string one."""
-    if isinstance(ref, dict):
-        value = ref.get("id")
-        if isinstance(value, str) and value.strip():
-            return value
-    return None
-
-
-def as_uuid(value: str | None) -> uuid.UUID | None:
-    """The UUID spelled canonically in ``value`` (as memoryd writes them), else None."""
-    return uuid.UUID(value) if value is not None and _UUID.fullmatch(value) else None
-
-
-def single_session(ctx: JobContext, session_id: object) -> str | None:
-    """Validate the on-demand ``session_id`` parameter: it needs the run's agent."""
-    if session_id is None:
-        return None
-    sid = check.short_text("session_id", session_id)
-    if ctx.agent_id is None:
-        raise ValidationError("agent_id", "is required when session_id is given")
-    return sid
-
-
-def session_keys(ctx: JobContext, where: str, params: Mapping[str, Any],
-                 session_id: str | None = None) -> Iterator[tuple[str, str]]:
-    """(agent_id, session_id) of the sessions matching ``where`` (alias ``s``), keyset-paged
-    ``batch_size`` at a time, each page read in its own short transaction."""
-    if session_id is not None:
-        where = f"({where}) AND s.session_id = :session_id"
-    after = ("", "")
-    while True:
-        with ctx.store.session() as session:
-            rows = session.execute(text(f"""
-                SELECT s.agent_id, s.session_id FROM sessions s
-                WHERE {ctx.agent_clause('s')} AND ({where})
-                  AND (s.agent_id, s.session_id) > (:after_agent, :after_session)
-                ORDER BY s.agent_id, s.session_id LIMIT :batch
-            """), {**params, "agent_id": ctx.agent_id, "session_id": session_id,
-                   "after_agent": after[0], "after_session": after[1],
-                   "batch": ctx.batch_size}).all()
-        for row in rows:
-            yield str(row.agent_id), str(row.session_id)
-        if len(rows) < ctx.batch_size:
-            return
-        after = (str(rows[-1].agent_id), str(rows[-1].session_id))
-
-
-_CONTENTS = text(f"""
-SELECT left(m.content, :chars) AS content
-FROM sessions s
-CROSS JOIN LATERAL jsonb_array_elements({MESSAGES_SQL}) WITH ORDINALITY AS e(msg, n)
-JOIN memories m ON m.agent_id = s.agent_id AND m.id = {REF_UUID_SQL}
-WHERE s.agent_id = :agent_id AND s.session_id = :session_id
-ORDER BY e.n
-LIMIT :limit
-""")
-
-
-def message_contents(ctx: JobContext, agent_id: str, session_id: str, *, limit: int = 500,
-                     chars: int = 2000) -> list[str]:
-    """The contents of a session's first ``limit`` messages in message order, each clipped
-    to ``chars`` (the LLM helpers clip prompt items to 2,000 characters anyway)."""
-    with ctx.store.session() as session:
-        return [str(c) for c in session.execute(_CONTENTS, {
-            "agent_id": agent_id, "session_id": session_id, "limit": limit,
-            "chars": chars}).scalars()]
-
-
-class _Row(NamedTuple):
-    messages: list[Any]
-    stored_count: int  # the message_count column
-    is_list: bool  # False for a hand-written object or scalar in place of the list
-
-
-def _read_messages(session: Session, agent_id: str, session_id: str,
-                   lock: bool = False) -> _Row | None:
-    row = session.execute(text(
-        "SELECT messages, message_count FROM sessions "
-        "WHERE agent_id = :agent_id AND session_id = :session_id"
-        + (" FOR UPDATE" if lock else "")),
-        {"agent_id": agent_id, "session_id": session_id}).first()
-    if row is None:
-        return None
-    return _Row(message_list(row.messages), int(row.message_count),
-                isinstance(row.messages, list))
-
-
-_WRITE_SESSION = """
-UPDATE sessions SET messages = CAST(:messages AS jsonb), message_count = :count, {stamp} = :now
-WHERE agent_id = :agent_id AND session_id = :session_id
-"""
-
-
-def _write_session(session: Session, agent_id: str, session_id: str, messages: list[Any],
-                   stamp: str, now: datetime) -> None:
-    # updated_at is left alone on purpose: it means "an agent wrote here", which the
-    # cortex and repair sweeps use to find new activity.
-    session.execute(text(_WRITE_SESSION.format(stamp=stamp)), {
-        "messages": json.dumps(messages), "count": len(messages), "now": now,
-        "agent_id": agent_id, "session_id": session_id})
-
-
-# --- compact_sessions -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _CompactOptions:
-    keep: int
-    min_len: int
-    chunk_chars: int
-    summary_chars: int
-
-
-@job("compact_sessions", "Summarize all but the most recent messages of long sessions "
-     "into one system summary message.")
-def compact_sessions(ctx: JobContext, threshold: int = 30, keep: int = 10,
-                     chunk_chars: int = 80_000, summary_chars: int = 1500,
-                     session_id: str | None = None) -> JobOutcome:
-    """Sessions with at least ``threshold`` messages keep their ``keep`` most recent ones;
-    the older ones are summarized by the LLM (``chunk_chars`` characters per call) into
-    one memory (role system, category summary, importance 0.9, source
-    ``session:<id>``), and the list becomes ``[summary] + recent``.
-
-    The summarized messages' memories stay in the memories table (recall still finds
-    them); only the session's list stops referencing them. The summary memory has no
-    session_id, so storing it does not append it to the session a second time.
-    ``session_id`` (with the run's agent_id) compacts just that session.
-    """
-    sid = single_session(ctx, session_id)
-    kept = positive("keep", keep, 0)
-    # At least two older messages, or a re-run would re-summarize its own summary.
-    opts = _CompactOptions(keep=kept, min_len=max(positive("threshold", threshold), kept + 2),
-                           chunk_chars=positive("chunk_chars", chunk_chars, 1000),
-                           summary_chars=positive("summary_chars", summary_chars, 100))
-    llm = ctx.get_llm()
-    stats: dict[str, Any] = {"compacted": 0, "summarized": 0, "kept": 0, "summary_ids": [],
-                             "skipped": 0, "llm": llm_label(llm)}
-    where = f"{LENGTH_SQL} >= :min_len"
-    if ctx.dry_run:
-        return JobOutcome({**stats, **_compact_dry_run(ctx, where, opts, sid)})
-    for agent_id, session in session_keys(ctx, where, {"min_len": opts.min_len}, sid):
-        if ctx.out_of_time():
-            return JobOutcome(stats, complete=False)
-        _compact_one(ctx, llm, agent_id, session, opts, stats)
-    return JobOutcome(stats)
-
-
-def _compact_dry_run(ctx: JobContext, where: str, opts: _CompactOptions,
-                     session_id: str | None) -> dict[str, int]:
-    only = " AND s.session_id = :session_id" if session_id is not None else ""
-    with ctx.store.session() as session:
-        row = session.execute(text(f"""
-            SELECT count(*) AS n, coalesce(sum({LENGTH_SQL} - :keep), 0) AS summarized
-            FROM sessions s WHERE {ctx.agent_clause('s')} AND {where}{only}
-        """), {"agent_id": ctx.agent_id, "session_id": session_id, "keep": opts.keep,
-               "min_len": opts.min_len}).one()
-    return {"compacted": int(row.n), "summarized": int(row.summarized),
-            "kept": int(row.n) * opts.keep}
-
-
-def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
-                 opts: _CompactOptions, stats: dict[str, Any]) -> None:
-    with ctx.store.session() as session:
-        read = _read_messages(session, agent_id, session_id)
-    if read is None or len(read.messages) < opts.min_len:
-        return
-    split = len(read.messages) - opts.keep
-    older = read.messages[:split]
-    # Every LLM call happens before any write: LLMUnavailable leaves the session as it was.
-    content = _summary_text(ctx, llm, agent_id, older, opts)
-    prepared = prepare_memories(ctx, agent_id, [{
-        "content": content, "role": "system", "category": "summary", "importance": 0.9,
-        "source": bounded(f"session:{session_id}"),
-        "metadata": {"summarized_messages": len(older)}}])
-    with ctx.store.session() as session:
-        current = _read_messages(session, agent_id, session_id, lock=True)
-        if current is None or current.messages[:split] != older:
-            stats["skipped"] += 1  # rewritten meanwhile (forget, repair): next sweep
-            return
-        summary_id = str(write(session, prepared)[0].id)
-        ts = _ts_text(older[-1]) or ctx.now.isoformat()  # sorts before the kept messages
-        messages = [session_refs.message_ref(summary_id, "system", ts),
-                    *current.messages[split:]]
-        _write_session(session, agent_id, session_id, messages, "compacted_at", ctx.now)
-    stats["compacted"] += 1
-    stats["summarized"] += len(older)
-    stats["kept"] += len(messages) - 1
-    if len(stats["summary_ids"]) < MAX_SUMMARY_IDS:
-        stats["summary_ids"].append(summary_id)
-
-
-def _summary_text(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, older: Sequence[Any],
-                  opts: _CompactOptions) -> str:
-    parts = []
-    for chunk in _plan_chunks(ctx, agent_id, older, opts.chunk_chars):
-        texts = _chunk_texts(ctx, agent_id, chunk, opts.chunk_chars)
-        part = llm_mod.summarize(llm, texts, max_chars=opts.summary_chars)
-        if part.strip():
-            parts.append(part)
-    body = "\n\n".join(parts)
-    if len(body) > opts.chunk_chars:
-        # A huge session: summarize the summaries once more, so the memory stays bounded.
-        body = llm_mod.summarize(llm, parts, max_chars=opts.chunk_chars)
-    if not body.strip():
-        body = f"({len(older)} earlier messages; none of them could be read)"
-    return f"{SUMMARY_PREFIX}\n{body}"
-
-
-def _plan_chunks(ctx: JobContext, agent_id: str, older: Sequence[Any],
-                 chunk_chars: int) -> list[list[uuid.UUID]]:
-    """Memory ids in message order, cut into chunks of at most ``chunk_chars`` characters
-    (a longer single message is clipped to that, so it fills one chunk)."""
-    ids = [u for u in (as_uuid(ref_id(ref)) for ref in older) if u is not None]
-    with ctx.store.session() as session:
-        sizes = {r.id: int(r.size) for r in session.execute(text("""
-            SELECT id, least(char_length(content), :cap) AS size FROM memories
-            WHERE agent_id = :agent_id AND id = ANY(:ids)
-        """), {"agent_id": agent_id, "ids": ids, "cap": chunk_chars})}
-    chunks: list[list[uuid.UUID]] = []
-    current: list[uuid.UUID] = []
-    used = 0
-    for memory_id in ids:
-        size = sizes.get(memory_id)
-        if size is None:
-            continue  # an orphan reference: nothing to summarize
-        if current and used + size > chunk_chars:
-            chunks.append(current)
-            current, used = [], 0
-        current.append(memory_id)
-        used += size
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _chunk_texts(ctx: JobContext, agent_id: str, ids: list[uuid.UUID], chars: int) -> list[str]:
-    with ctx.store.session() as session:
-        found = {r.id: str(r.content) for r in session.execute(text("""
-            SELECT id, left(content, :chars) AS content FROM memories
-            WHERE agent_id = :agent_id AND id = ANY(:ids)
-        """), {"agent_id": agent_id, "ids": ids, "chars": chars})}
-    return [found[i] for i in ids if i in found]
-
-
-def _ts_text(ref: object) -> str | None:
-    value = ref.get("ts") if isinstance(ref, dict) else None
-    return value if isinstance(value, str) and value else None
 
 
 # --- repair_sessions: the phases, as pure functions over one session's list -------------
