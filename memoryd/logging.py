@@ -22,6 +22,7 @@ _SECRET_KEYS = re.compile(r"(api_?key|password|passwd|secret|token|authorization
 _CONTENT_KEYS = {"content", "query", "text", "prompt", "messages"}
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
 MAX_VALUE_CHARS = 200
+MAX_EVENT_CHARS = 500  # third-party messages may embed payloads (task bodies, results)
 _configured = False
 
 
@@ -34,8 +35,9 @@ def redact(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> Mutab
             event[key] = f"<{len(value)} chars>"
         elif isinstance(value, str):
             cleaned = _URL_PASSWORD.sub(r"\1***\3", value)
-            if len(cleaned) > MAX_VALUE_CHARS and key != "event":
-                cleaned = cleaned[:MAX_VALUE_CHARS] + "…"
+            limit = MAX_EVENT_CHARS if key == "event" else MAX_VALUE_CHARS
+            if len(cleaned) > limit:
+                cleaned = cleaned[:limit] + f"… [{len(cleaned)} chars]"
             event[key] = cleaned
     return event
 

@@ -48,3 +48,20 @@ def test_secrets_and_content_are_redacted(json_logs: io.StringIO) -> None:
     assert line["api_key"] == "***"
     assert line["content"] == "<500 chars>"
     assert line["url"] == "postgresql://memoryd:***@db:5432/memoryd"
+
+
+def test_long_foreign_messages_are_cut(json_logs: io.StringIO) -> None:
+    payload = "memory content " * 200
+    logging.getLogger("celery.worker.consumer").error("Received invalid message: %s", payload)
+    (line,) = _lines(json_logs)
+    assert len(str(line["event"])) < 600
+    assert str(line["event"]).endswith("chars]")
+
+
+def test_worker_does_not_log_task_results() -> None:
+    from celery.app import trace
+
+    from memoryd.worker import signals
+
+    signals._setup_logging(loglevel="INFO")
+    assert "return_value" not in trace.LOG_SUCCESS

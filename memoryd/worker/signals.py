@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from celery import signals
+from celery.app import trace as celery_trace
 
 from memoryd import logging as mlog
 from memoryd.config import reset_settings
@@ -16,6 +17,9 @@ def _setup_logging(loglevel: Any = None, **_: Any) -> None:
     # Connecting this signal stops Celery from configuring logging its own way.
     level = loglevel if isinstance(loglevel, str) else "INFO"
     mlog.configure(level=level, force=True)
+    # Celery logs every task's return value on success; a recall returns memory
+    # content, which must never reach the logs.
+    celery_trace.LOG_SUCCESS = "Task %(name)s[%(id)s] succeeded in %(runtime)ss"
 
 
 @signals.worker_init.connect
