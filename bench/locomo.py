@@ -15,6 +15,7 @@ Recall settings come from the usual ``MEMORYD_*`` variables (e.g.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
@@ -283,7 +284,7 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
                         one = score_ranking(ranking, q.evidence)
                         scores[f"recall@{k}"] = one[f"recall@{k}"]
                         scores[f"hit@{k}"] = one[f"hit@{k}"]
-                        if k == max(KS):
+                        if k == max(KS):  # evidence ranks in the JSON: the limit-20 call
                             rankings["memoryd"] = ranking
                     per_k["memoryd"] = scores
                     with watch("bm25_query"):
@@ -305,8 +306,10 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
                   "candidate_factor": CANDIDATE_FACTOR,
                   "recall_exact_threshold": settings.recall_exact_threshold}
     finally:
-        for agent in agents:  # leave a shared database as we found it
-            store.forget_agent(agent)
+        # Leave a shared database as we found it; never mask the error that got us here.
+        with contextlib.suppress(Exception):
+            for agent in agents:
+                store.forget_agent(agent)
         store.engine.dispose()
 
     skipped: dict[str, int] = {}

@@ -71,7 +71,8 @@ JOB_PARAMS: dict[str, dict[str, Any]] = {
 
 # --- the bare statements ------------------------------------------------------------
 # Each makes in one statement the change the job makes (defaults of the job's params;
-# memoryd moves rows to evicted_memories rather than deleting them, and so do these).
+# memoryd moves rows to evicted_memories rather than deleting them, and so do these,
+# converting the moved rows to jsonb with the same expression as memoryd).
 
 _PROTECTED = "(m.pinned OR m.category = 'decision')"
 _MOVE = """, unlinked AS (
@@ -79,9 +80,12 @@ _MOVE = """, unlinked AS (
     WHERE l.source_id = gone.id AND l.kind <> 'derived_from'
 )
 INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
-SELECT gone.id, gone.agent_id, {reason}, NULL, to_jsonb(gone) - 'embedding' - 'tsv',
+SELECT gone.id, gone.agent_id, {reason}, NULL,
+       to_jsonb(jsonb_populate_record(gone.r, '{{"embedding": null, "tsv": null}}'))
+           - ARRAY['embedding', 'tsv'],
        gone.embedding
 FROM gone"""
+_GONE = "RETURNING m.id, m.agent_id, m.embedding, m AS r"
 _NORM = "btrim(regexp_replace(lower({a}.content), '[[:punct:][:space:]]+', ' ', 'g'))"
 
 BARE: dict[str, str] = {
@@ -95,7 +99,7 @@ WITH gone AS (
     WHERE NOT {_PROTECTED}
       AND ((coalesce(m.last_accessed_at, m.created_at) < now() - interval '30 days'
             AND m.importance < 0.2) OR m.confidence < 0.1)
-    RETURNING m.*, CASE WHEN coalesce(m.last_accessed_at, m.created_at)
+    {_GONE}, CASE WHEN coalesce(m.last_accessed_at, m.created_at)
                              < now() - interval '30 days' AND m.importance < 0.2
                         THEN 'age' ELSE 'low_confidence' END AS reason
 ){_MOVE.format(reason="gone.reason")}""",
@@ -103,7 +107,7 @@ WITH gone AS (
 WITH gone AS (
     DELETE FROM memories m
     WHERE m.expires_at IS NOT NULL AND m.expires_at <= now() AND NOT {_PROTECTED}
-    RETURNING m.*
+    {_GONE}
 ){_MOVE.format(reason="'expired'")}""",
     "deduplicate": f"""
 WITH ranked AS (
@@ -139,7 +143,7 @@ WITH ranked AS (
     FROM p JOIN memories s ON s.id = p.survivor
     ON CONFLICT DO NOTHING
 ), gone AS (
-    DELETE FROM memories m USING p WHERE m.id = p.loser RETURNING m.*
+    DELETE FROM memories m USING p WHERE m.id = p.loser {_GONE}
 ){_MOVE.format(reason="'duplicate'")}""",
 }
 
@@ -166,11 +170,12 @@ def server_options(scale: int) -> dict[str, str]:
 
 
 @contextmanager
-def bench_server(scale: int) -> Iterator[Any]:
-    """A throwaway embedded PostgreSQL with benchmark settings; stopped and deleted after."""
+def bench_server(scale: int, keep: Path | None = None) -> Iterator[Any]:
+    """An embedded PostgreSQL with benchmark settings, stopped after; its directory is
+    a temp dir deleted after, or ``keep`` (kept, with its seeded store, for reruns)."""
     from memoryd.embedded.postgres import EmbeddedPostgres
 
-    data_dir = Path(tempfile.mkdtemp(prefix="memoryd-bench-maint-"))
+    data_dir = keep or Path(tempfile.mkdtemp(prefix="memoryd-bench-maint-"))
     server = EmbeddedPostgres(data_dir, server_options=server_options(scale))
     try:
         server.ensure_running()
@@ -179,7 +184,25 @@ def bench_server(scale: int) -> Iterator[Any]:
         try:
             server.stop()
         finally:
-            shutil.rmtree(data_dir, ignore_errors=True)
+            if keep is None:
+                shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def seeded_before(server: Any, scale: int) -> dict[str, Any] | None:
+    """The seed report of a kept server's template database, if it holds ``scale`` rows."""
+    from sqlalchemy import text
+
+    admin = _admin(server)
+    with admin.connect() as conn:
+        comment = conn.execute(text("""
+            SELECT shobj_description(oid, 'pg_database') FROM pg_database
+            WHERE datname = :name"""), {"name": TEMPLATE_DB}).scalar()
+    admin.dispose()
+    try:
+        info = json.loads(comment) if comment else None
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) and info.get("scale") == scale else None
 
 
 def _admin(server: Any) -> Any:
@@ -236,7 +259,7 @@ _BASE = "Note %s of agent %s: the user prefers green tea, %s cups a day."
 def expected_rows(scale: int) -> dict[str, int]:
     """How many rows each job should change (for the report; the copies are compared)."""
     agents = max(1, scale // ROWS_PER_AGENT)
-    per_bucket = {b: 0 for b in range(10)}
+    per_bucket = dict.fromkeys(range(10), 0)
     decay = 0
     for i in range(scale):
         k = i // agents
@@ -308,8 +331,14 @@ def seed(server: Any, scale: int) -> dict[str, Any]:
         timings["vacuum_s"] = time.perf_counter() - started
         size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
     engine.dispose()
-    return {"agents": agents, "vector_pool": pool, "database_mb": round(size / 2**20),
-            **{k: round(v, 2) for k, v in timings.items()}}
+    info = {"scale": scale, "agents": agents, "vector_pool": pool,
+            "database_mb": round(size / 2**20), **{k: round(v, 2) for k, v in timings.items()}}
+    admin = _admin(server)
+    with admin.connect() as conn:  # marks the template complete, for --keep reruns
+        conn.execute(text(f"COMMENT ON DATABASE \"{TEMPLATE_DB}\" IS "
+                          f"'{json.dumps(info)}'"))
+    admin.dispose()
+    return info
 
 
 def _copy(server: Any, name: str) -> str:
@@ -494,6 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--chart", type=Path, default=DEFAULT_CHART, help="PNG chart path")
     parser.add_argument("--jobs", default=",".join(JOBS),
                         help="comma-separated subset of " + ",".join(JOBS))
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="server directory to keep (and reuse its seeded store of the "
+                             "same --scale) instead of a temp dir")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
@@ -504,8 +536,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown jobs {sorted(unknown)}" if unknown else "--scale must be >= 100")
 
     started = time.perf_counter()
-    with bench_server(args.scale) as server:
-        seeded = seed(server, args.scale)
+    with bench_server(args.scale, args.keep) as server:
+        reused = seeded_before(server, args.scale) if args.keep else None
+        seeded = {**reused, "reused": True} if reused else seed(server, args.scale)
         results = measure(server, jobs)
     report = {
         "benchmark": "maintenance", "date": now_iso(), "machine": machine_info(),
@@ -523,9 +556,9 @@ def main(argv: Sequence[str] | None = None) -> int:
          "" if r["hot_update_share"] is None else f"{r['hot_update_share']:.0%}",
          "yes" if r["same_result"] else "NO", "yes" if r["meets_targets"] else "no"]
         for j, r in results.items()], digits=2))
-    print(f"seeded {args.scale:,} memories ({seeded['agents']} agents, "
-          f"{seeded['database_mb']} MB) in {seeded['load_s'] + seeded['index_s']:.0f} s; "
-          f"report {args.out}, chart {args.chart}")
+    print(f"{'reused' if reused else 'seeded'} {args.scale:,} memories ({seeded['agents']} "
+          f"agents, {seeded['database_mb']} MB; load {seeded['load_s']:.0f} s, indexes "
+          f"{seeded['index_s']:.0f} s); report {args.out}, chart {args.chart}")
     return 0
 
 

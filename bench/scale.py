@@ -305,7 +305,7 @@ def seed(url: str, *, total: int = 1_000_000, agents: int = 1_000,
             if conn.execute(text("SELECT EXISTS (SELECT 1 FROM memories)")).scalar_one():
                 raise RuntimeError("the database already holds memories; seed an empty one")
         # 1. Pool of distinct sentences, embedded once; noise vectors.
-        pool_n = min(pool_size, max(background_rows, 1))
+        pool_n = max(1, min(pool_size, background_rows // 20 or 1, background_rows))
         pool = sentences(pool_n, seed=1)
         t = time.perf_counter()
         pool_vectors = _embed(embedder, pool, progress, "embedding pool")
@@ -389,8 +389,8 @@ INSERT INTO memories (agent_id, content, content_hash, category, importance, cre
 SELECT a.agent_id, c.content, encode(sha256(convert_to(c.content, 'UTF8')), 'hex'),
        (ARRAY['fact', 'preference', 'decision', 'task', 'context', 'event'])[1 + g.n % 6],
        0.3 + (g.n % 5) * 0.1,
-       now() - make_interval(days => g.n % 400, secs => g.n % 86400),
-       now() - make_interval(days => g.n % 400, secs => g.n % 86400),
+       now() - make_interval(days => CAST(g.n % 400 AS int), secs => CAST(g.n % 86400 AS float8)),
+       now() - make_interval(days => CAST(g.n % 400 AS int), secs => CAST(g.n % 86400 AS float8)),
        l2_normalize(p.embedding + z.v)
 FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g(n)
 JOIN bench_pool p ON p.i = g.n % :pool

@@ -126,11 +126,23 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
 
 
 def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> None:
-    """Transaction-local planner and pgvector settings for the candidate query."""
+    """Transaction-local settings for recall, in one round trip.
+
+    - ``synchronous_commit = off``: recall's only write is the access bump; waiting for
+      its WAL flush (milliseconds on an ordinary disk) bought nothing worth the latency.
+      A crash can lose the last fraction of a second of access counts, never a memory.
+    - large agents: pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on
+      past it if needed) and the iterative scan itself.
+    """
+    settings = {"synchronous_commit": "off"}
     if large_agent:
-        # pgvector caps ef_search at 1000; the iterative scan goes on past it if needed.
-        session.execute(text(f"SET LOCAL hnsw.ef_search = {min(int(ef_search), 1000)}"))
-        session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+        settings["hnsw.ef_search"] = str(min(int(ef_search), 1000))
+        settings["hnsw.iterative_scan"] = "relaxed_order"
+    calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
+    params = {}
+    for i, (name, value) in enumerate(settings.items()):
+        params[f"n{i}"], params[f"v{i}"] = name, value
+    session.execute(text(f"SELECT {calls}"), params)
 
 
 def candidates(session: Session, agent_id: str, query_vector: str, query: str,

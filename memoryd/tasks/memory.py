@@ -4,13 +4,15 @@ message gets the same ``ValidationError`` as a client call."""
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import Any
 
 import structlog
+from celery.worker.strategy import default as default_strategy
 
 from memoryd import validation as check
-from memoryd.errors import ValidationError
+from memoryd.errors import ConfigError, ValidationError
 from memoryd.memory import writes
 from memoryd.tasks.base import MemorydTask, dump, get_store
 from memoryd.types import StoreItem
@@ -19,19 +21,38 @@ from memoryd.worker.batching import DONE, FAILED, FALLBACK, BatchItem, batching_
 
 log = structlog.get_logger(__name__)
 
-# Store messages a worker embeds and writes together (see memoryd.worker.batching).
-STORE_MAX_BATCH = 64
-STORE_MAX_HELD = 256
+# Store messages a worker may embed and write together (see memoryd.worker.batching).
+# Opt-in: with batching a worker holds up to STORE_HELD_FACTOR x this many store
+# messages unacknowledged (read ahead), instead of one per pool process.
+STORE_BATCH_ENV = "MEMORYD_STORE_BATCH_SIZE"
+STORE_HELD_FACTOR = 4
+
+
+def store_batch_size() -> int:
+    """Store messages per batch from ``MEMORYD_STORE_BATCH_SIZE``; 1 (the default) = off."""
+    raw = os.environ.get(STORE_BATCH_ENV, "").strip() or "1"
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= 1024:
+        raise ConfigError(f"{STORE_BATCH_ENV} must be an integer from 1 to 1024, got {raw!r}")
+    return size
 
 
 class StoreTask(MemorydTask):
-    """``memoryd.store`` messages are batched by the worker that receives them."""
+    """With ``MEMORYD_STORE_BATCH_SIZE`` > 1, the worker that receives ``memoryd.store``
+    messages embeds and writes them in batches; otherwise one task per message."""
 
     abstract = True
 
     def Strategy(self, task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
-        return batching_strategy(task, app, consumer, store_batch,
-                                 max_batch=STORE_MAX_BATCH, max_held=STORE_MAX_HELD, **kwargs)
+        size = store_batch_size()
+        if size <= 1:
+            return default_strategy(task, app, consumer, **kwargs)
+        log.info("store.batching", max_batch=size, max_held=STORE_HELD_FACTOR * size)
+        return batching_strategy(task, app, consumer, store_batch, max_batch=size,
+                                 max_held=STORE_HELD_FACTOR * size, **kwargs)
 
 
 @app.task(name="memoryd.store", base=StoreTask)

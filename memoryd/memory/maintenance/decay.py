@@ -35,7 +35,15 @@ from typing import Any
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import NIL_UUID, JobContext, JobOutcome, job
+from memoryd.memory.maintenance.base import (
+    MAX_UUID,
+    NIL_UUID,
+    JobContext,
+    JobOutcome,
+    id_window_end,
+    job,
+    window_sql,
+)
 from memoryd.memory.maintenance.dedup import (
     Merge,
     load_checkpoint,
@@ -115,9 +123,7 @@ def _decay_sql(ctx: JobContext) -> str:
     # re-checked on its newest version and left alone.
     return f"""
         WITH batch AS (
-            SELECT m.id FROM memories m
-            WHERE m.id > CAST(:after AS uuid) AND {_eligible(ctx)}
-            ORDER BY m.id LIMIT :batch
+            {window_sql(_eligible(ctx))}
         ), decayed AS (
             UPDATE memories m
             SET confidence = greatest(:floor, m.confidence * (1 - :rate * (1 - m.importance)))
@@ -138,15 +144,23 @@ def _decay(ctx: JobContext, checkpoint: dict[str, Any], opts: _Options) -> tuple
             return int(session.execute(text(
                 f"SELECT count(*) FROM memories m WHERE m.id > CAST(:after AS uuid) "
                 f"AND {_eligible(ctx)}"), {**params, "after": state["after"]}).scalar_one()), True
-    total = 0
+    total, until = 0, None
     while True:
         with ctx.store.session() as session:
-            row = session.execute(text(_decay_sql(ctx)),
-                                  {**params, "after": state["after"]}).one()
+            # Fleet-wide, a batch reads one window of ids (see id_window_end); one agent's
+            # rows are few enough to read through its index.
+            if until is None:
+                until = MAX_UUID if ctx.agent_id else (
+                    id_window_end(session, state["after"], ctx.batch_size) or MAX_UUID)
+            row = session.execute(text(_decay_sql(ctx)), {
+                **params, "after": state["after"], "until": until}).one()
             total += int(row.decayed)
-            if row.last is not None:
-                state["after"] = str(row.last)
-            state["done"] = int(row.seen) < ctx.batch_size
+            if int(row.seen) >= ctx.batch_size:
+                state["after"] = str(row.last)  # the window may hold more
+            elif until != MAX_UUID:
+                state["after"], until = until, None  # the window is done, the pass is not
+            else:
+                state["done"] = True
             save_checkpoint(session, ctx, checkpoint)  # commits with the batch it describes
         if state["done"]:
             return total, True

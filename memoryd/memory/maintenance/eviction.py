@@ -30,7 +30,13 @@ from typing import Any
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_in_batches, job
+from memoryd.memory.maintenance.base import (
+    JobContext,
+    JobOutcome,
+    evict_by_id_walk,
+    evict_in_batches,
+    job,
+)
 
 
 def protected(alias: str = "m") -> str:
@@ -65,20 +71,20 @@ _AGE = ("coalesce(m.last_accessed_at, m.created_at) < :age_before "
 _LOW_CONFIDENCE = "m.confidence < :min_confidence"
 
 
-def _age_sql(agent: str) -> str:
-    # A keyset walk over ids (the PK index serves the order and the LIMIT): each batch
-    # starts after the last id the previous one picked, never re-reading kept rows.
-    return f"""SELECT m.id FROM memories m
-        WHERE m.id > CAST(:after AS uuid) AND {agent} AND NOT {protected()} AND {_AGE}
-        ORDER BY m.id LIMIT :batch"""
+def _age_where(agent: str) -> str:
+    return f"{agent} AND NOT {protected()} AND {_AGE}"
 
 
-def _low_confidence_sql(agent: str) -> str:
+def _low_confidence_where(agent: str) -> str:
     # Rows that also qualify by age belong to the age step; excluding them keeps the
     # dry run's counts disjoint (in a real run they are gone already).
-    return f"""SELECT m.id FROM memories m
-        WHERE m.id > CAST(:after AS uuid) AND {agent} AND NOT {protected()}
-          AND {_LOW_CONFIDENCE} AND NOT ({_AGE})
+    return f"{agent} AND NOT {protected()} AND {_LOW_CONFIDENCE} AND NOT ({_AGE})"
+
+
+def _keyset_sql(where: str) -> str:
+    # One agent's rows: a keyset walk over its ids (each batch starts after the last id
+    # the previous one picked, never re-reading kept rows).
+    return f"""SELECT m.id FROM memories m WHERE m.id > CAST(:after AS uuid) AND {where}
         ORDER BY m.id LIMIT :batch"""
 
 
@@ -116,12 +122,19 @@ def evict(ctx: JobContext, max_age_days: float = 30, min_importance: float = 0.2
     retention = timedelta(days=number("retention_days", retention_days, 0))
     agent = ctx.agent_clause()
     stats: dict[str, Any] = {"age": 0, "low_confidence": 0, "cap": 0, "purged": 0}
-    steps = (("age", _age_sql(agent)), ("low_confidence", _low_confidence_sql(agent)),
-             ("cap", _cap_sql(agent)))
-    for reason, sql in steps:
-        stats[reason], complete = evict_in_batches(ctx, sql, params, reason)
+    # Age and confidence are not indexed (confidence must not be: decay's updates stay
+    # HOT), so fleet-wide each of these steps is one keyset walk over the whole table.
+    for reason, where in (("age", _age_where(agent)),
+                          ("low_confidence", _low_confidence_where(agent))):
+        if ctx.agent_id:
+            stats[reason], complete = evict_in_batches(ctx, _keyset_sql(where), params, reason)
+        else:
+            stats[reason], complete = evict_by_id_walk(ctx, where, params, reason)
         if not complete:
             return JobOutcome(stats, complete=False)
+    stats["cap"], complete = evict_in_batches(ctx, _cap_sql(agent), params, "cap")
+    if not complete:
+        return JobOutcome(stats, complete=False)
     stats["purged"], complete = _purge(ctx, ctx.now - retention)
     return JobOutcome(stats, complete)
 
