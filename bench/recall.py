@@ -145,6 +145,24 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
     return {name: percentiles(v) for name, v in parts.items()}
 
 
+def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],
+                          count: int = 50) -> dict[str, float]:
+    """What the access bump cost before migration 0003: the same rows updated through an
+    indexed column (``updated_at``), i.e. non-HOT, re-inserted into every index including
+    the HNSW graph. Rolled back."""
+    out = []
+    for q in qs[:count]:
+        ids = [h.memory.id for h in store.recall(agent, q)]
+        with store.engine.connect() as conn:
+            start = time.perf_counter()
+            conn.execute(text("UPDATE memories SET access_count = access_count + 1, "
+                              "updated_at = updated_at + interval '1 microsecond' "
+                              "WHERE agent_id = :a AND id = ANY(:ids)"), {"a": agent, "ids": ids})
+            out.append((time.perf_counter() - start) * 1000)
+            conn.rollback()
+    return percentiles(out)
+
+
 def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
     """EXPLAIN ANALYZE of the candidate query: the plan text and the indexes it used."""
     from memoryd.memory import recall as rc
@@ -177,7 +195,7 @@ def worker_client(url: str, workdir: Path) -> Iterator[Any]:
 
     redis = EmbeddedRedis(workdir / "redis")
     broker = redis.start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env = dict(os.environ)  # MEMORYD_* recall settings apply to the worker too
     env.update({"MEMORYD_DATABASE_URL": url, "MEMORYD_BROKER_URL": broker,
                 "MEMORYD_DATA_DIR": str(workdir / "data")})
     log = (workdir / "worker.log").open("ab")
@@ -270,6 +288,16 @@ def summary_table(report: dict[str, Any]) -> str:
                          "p95/floor", ""], rows, digits=2)
 
 
+def breakdown_table(report: dict[str, Any]) -> str:
+    rows = []
+    for agent_label, block in report["results"].items():
+        for part, stats in block["breakdown_ms"].items():
+            rows.append([agent_label, part, stats.get("p50"), stats.get("p95")])
+        rows.append([agent_label, "plan: indexes used", ", ".join(block["plan"]["indexes"]), ""])
+    return format_table(["agent", "in-process recall part", "p50 ms", "p95 ms"], rows,
+                        digits=2)
+
+
 # --- main --------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__,
@@ -299,7 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="memoryd-bench-recall-"))
     data_dir = keep if keep is not None else workdir / "cluster"
     watch = Stopwatch()
+    from memoryd.config import get_settings
+
+    settings = get_settings()
     report: dict[str, Any] = {"benchmark": "recall", "date": now_iso(),
+                              "settings": {"embed_threads": settings.embed_threads,
+                                           "recall_exact_threshold":
+                                               settings.recall_exact_threshold,
+                                           "hnsw_ef_search": settings.hnsw_ef_search},
                               "machine": machine_info(), "args": {
                                   "scale": args.scale, "queries": args.queries,
                                   "client": not args.no_client}}
@@ -317,8 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report["timings_s"] = watch.rounded()
-    table = summary_table(report)
-    print(table)
+    print(breakdown_table(report))
+    print()
+    print(summary_table(report))
     write_json(args.out, report)
     write_chart(args.chart, report)
     print(f"wrote {args.out} and {args.chart}")
@@ -341,6 +377,7 @@ def run_all(url: str, info: seeding.SeedInfo, args: argparse.Namespace, workdir:
                 inproc = measure_in_process(store, agent, qs)
                 floor = measure_floor(store, agent, qs)
                 breakdown = measure_breakdown(store, agent, qs)
+                breakdown["touch_if_not_hot"] = measure_non_hot_touch(store, agent, qs)
             results[label] = {"agent": agent, "plan": plan, "breakdown_ms": breakdown,
                               "latency_ms": {
                                   "in-process": percentiles(inproc),

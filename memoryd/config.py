@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     task_time_limit_s: int = Field(300, gt=0)
     visibility_timeout_s: int = Field(600, gt=0)
     result_expires_s: int = Field(3600, gt=0)
+    store_batch_size: int = Field(
+        1, ge=1, le=1024, description="store messages a worker embeds and writes together; 1 = off")
     maintenance_batch_size: int = Field(5000, ge=1)
     maintenance_time_budget_s: float = Field(120.0, gt=0)
 

@@ -83,3 +83,37 @@ def test_recall_benchmark_end_to_end(tmp_path: Path) -> None:
             engine.dispose()
     assert sum(counts.values()) == 300
     assert counts[scale.BIG_AGENT] == 30 and counts[scale.TYPICAL_AGENT] == 15
+
+
+def test_large_agent_keyword_side_ranks_like_the_small_one(store: object) -> None:
+    """The large-agent keyword retriever (exact terms: multi-term matches, then a bounded
+    sample of single-term ones) finds the best keyword scores of the plain OR-of-prefixes
+    retriever; it may miss matches that only a prefix expansion finds ("car" in
+    "carpenter"), which score like single-term matches."""
+    from sqlalchemy import text
+
+    from memoryd.memory import recall as rc
+    from memoryd.memory.embeddings import to_pgvector
+    from memoryd.memory.store import MemoryStore
+
+    assert isinstance(store, MemoryStore)
+    agent = "kw-agent"
+    store.store_many(agent, [{"content": s} for s in scale.sentences(120, seed=21)])
+    vector = to_pgvector(store.embedder.embed(["anything"])[0])
+
+    def keyword_scores(query: str, large: bool, k: int) -> list[float]:
+        with store.session() as session:
+            rc.vector_settings(session, large_agent=large, ef_search=100)
+            sql, params = rc.candidate_sql(agent, vector, query, rc.Filters(), k,
+                                           large_agent=large)
+            rows = session.execute(text(sql), params).mappings().all()
+        return sorted((round(float(r["keyword_raw"]), 6) for r in rows
+                       if r["keyword_rank"] is not None), reverse=True)
+
+    for query in [*scale.queries(15, seed=3), "Alice", "pottery in Lisbon?"]:
+        for k in (3, 30):
+            large, small = keyword_scores(query, True, k), keyword_scores(query, False, k)
+            assert len(large) <= len(small), query
+            assert bool(large) == bool(small), query
+            top = max(1, len(large) // 2)
+            assert large[:top] == small[:top], query

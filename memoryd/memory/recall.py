@@ -25,6 +25,8 @@ from memoryd.memory.scoring import Candidate
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_TERMS = 32
+_MAX_PAIR_TERMS = 12  # 66 pairs at most
+_LOOSE_SAMPLE_FACTOR = 5
 SIZE_CACHE_SECONDS = 60.0
 _NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
                 " WHERE false)")
@@ -97,14 +99,23 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     distance = "m.embedding <=> CAST(:qv AS vector)"
     order = distance if large_agent else f"({distance}) + 0"
-    keyword_cte = f"""
+    if not tsq:
+        keyword_cte = _NO_KEYWORDS
+    elif large_agent:
+        keyword_cte = _large_keyword_cte(filters.sql())
+    else:
+        # Small agents: match the agent's rows one by one (reached through the agent_id
+        # btree, as the exact vector side does), not through the GIN index: prefix terms
+        # are expanded over the whole table there, tens of ms at a million memories.
+        # ts_match_vq is @@ spelled as a function, which the planner cannot index.
+        keyword_cte = f"""
         , kw AS (
             SELECT m.id, ts_rank_cd(m.tsv, q.q, 32) AS rank,
                    row_number() OVER (ORDER BY ts_rank_cd(m.tsv, q.q, 32) DESC) AS pos
             FROM memories m, q
-            WHERE m.agent_id = :agent_id AND m.tsv @@ q.q AND {filters.sql()}
+            WHERE m.agent_id = :agent_id AND ts_match_vq(m.tsv, q.q) AND {filters.sql()}
             ORDER BY rank DESC LIMIT :k)
-    """ if tsq else _NO_KEYWORDS
+        """
     sql = f"""
         WITH q AS (SELECT to_tsquery('english', :tsq) AS q),
         vec AS (
@@ -121,8 +132,67 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
         LEFT JOIN kw ON kw.id = c.id
     """
     params = {"agent_id": agent_id, "qv": query_vector, "tsq": tsq or "", "k": per_retriever,
-              **filters.params()}
+              "words": tsq_words(query), **filters.params()}
     return sql, params
+
+
+def tsq_words(query: str) -> str:
+    """The query's words, space-separated (the large-agent keyword side stems them)."""
+    return " ".join(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+
+
+def _large_keyword_cte(where: str) -> str:
+    """The keyword side for large agents, bounded whatever the query.
+
+    The GIN index is on (agent_id, tsv): a prefix term is expanded over the whole table
+    into a bitmap before the agent narrows it, and an OR of terms matches thousands of a
+    big agent's memories, each then ranked; together 100-300 ms at a million memories.
+    Instead, with the query's stemmed terms matched exactly (straight from the posting
+    lists):
+
+    1. every memory holding at least two of the terms is ranked (``kw_strict``);
+    2. if that gives fewer than ``k``, the rest come from a sample of at most
+       5 x ``k`` memories holding any one term (``kw_loose``).
+
+    ``ts_rank_cd`` scores each matched term occurrence, so memories holding two terms
+    outrank those holding one, and single-term matches score (nearly) alike: the top
+    ``k`` keep their scores. Ranks are still computed with the prefix query.
+    """
+    return f"""
+        , lex AS (
+            SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{_MAX_PAIR_TERMS}]
+                   AS l)
+        , pairs AS (
+            SELECT coalesce(
+                CAST((SELECT string_agg(format('(%L & %L)', a, b), ' | ')
+                      FROM lex, unnest(lex.l) AS a, unnest(lex.l) AS b
+                      WHERE a < b) AS tsquery),
+                CAST((SELECT format('%L', l[1]) FROM lex WHERE cardinality(l) = 1)
+                     AS tsquery),
+                q.q) AS q,
+                coalesce(CAST((SELECT string_agg(format('%L', a), ' | ')
+                               FROM lex, unnest(lex.l) AS a) AS tsquery), q.q) AS any_q
+            FROM q)
+        , kw_strict AS (
+            SELECT m.id, ts_rank_cd(m.tsv, q.q, 32) AS rank
+            FROM memories m, q, pairs
+            WHERE m.agent_id = :agent_id AND m.tsv @@ pairs.q AND {where}
+            ORDER BY rank DESC LIMIT :k)
+        , kw_loose AS (
+            SELECT s.id, ts_rank_cd(s.tsv, q.q, 32) AS rank
+            FROM (SELECT m.id, m.tsv FROM memories m, pairs
+                  WHERE (SELECT count(*) FROM kw_strict) < :k
+                    AND m.agent_id = :agent_id AND m.tsv @@ pairs.any_q AND {where}
+                  LIMIT {_LOOSE_SAMPLE_FACTOR} * :k) s, q
+            WHERE s.id NOT IN (SELECT id FROM kw_strict)
+            ORDER BY rank DESC LIMIT :k)
+        , kw AS (
+            SELECT id, rank, row_number() OVER (ORDER BY rank DESC) AS pos
+            FROM (SELECT id, rank FROM kw_strict
+                  UNION ALL
+                  SELECT id, rank FROM kw_loose) s
+            ORDER BY rank DESC LIMIT :k)
+    """
 
 
 def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> None:

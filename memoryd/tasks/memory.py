@@ -4,7 +4,6 @@ message gets the same ``ValidationError`` as a client call."""
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from typing import Any
 
@@ -12,7 +11,8 @@ import structlog
 from celery.worker.strategy import default as default_strategy
 
 from memoryd import validation as check
-from memoryd.errors import ConfigError, ValidationError
+from memoryd.config import get_settings
+from memoryd.errors import ValidationError
 from memoryd.memory import writes
 from memoryd.tasks.base import MemorydTask, dump, get_store
 from memoryd.types import StoreItem
@@ -24,20 +24,12 @@ log = structlog.get_logger(__name__)
 # Store messages a worker may embed and write together (see memoryd.worker.batching).
 # Opt-in: with batching a worker holds up to STORE_HELD_FACTOR x this many store
 # messages unacknowledged (read ahead), instead of one per pool process.
-STORE_BATCH_ENV = "MEMORYD_STORE_BATCH_SIZE"
 STORE_HELD_FACTOR = 4
 
 
 def store_batch_size() -> int:
-    """Store messages per batch from ``MEMORYD_STORE_BATCH_SIZE``; 1 (the default) = off."""
-    raw = os.environ.get(STORE_BATCH_ENV, "").strip() or "1"
-    try:
-        size = int(raw)
-    except ValueError:
-        size = 0
-    if not 1 <= size <= 1024:
-        raise ConfigError(f"{STORE_BATCH_ENV} must be an integer from 1 to 1024, got {raw!r}")
-    return size
+    """Store messages per batch (``MEMORYD_STORE_BATCH_SIZE``); 1, the default, is off."""
+    return get_settings().store_batch_size
 
 
 class StoreTask(MemorydTask):
@@ -86,7 +78,7 @@ def store_batch(items: list[BatchItem]) -> list[str]:
             backend.mark_as_failure(task_id, exc, call_errbacks=False)
             outcomes[index] = FAILED
             continue
-        except Exception:  # noqa: S112 - e.g. an unknown field: the ordinary path raises it
+        except Exception:  # noqa: S112 - anything else: the ordinary path reports it
             continue
         accepted.append((index, task_id, agent, item))
     if not accepted:

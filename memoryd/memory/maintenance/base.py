@@ -4,6 +4,7 @@ time budgets, and moving memories to ``evicted_memories`` (never silent deletes)
 from __future__ import annotations
 
 import json
+import math
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -277,66 +278,74 @@ def evict_in_batches(ctx: JobContext, select_ids_sql: str, params: Mapping[str, 
             return total, False
 
 
-# A keyset walk reads ids in windows of this many batches' worth of rows.
+# A heap walk's window holds about this many batches' worth of rows.
 WINDOW_BATCHES = 4
-MAX_UUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
-_WINDOW_END = text("""
-    SELECT m.id FROM memories m WHERE m.id > CAST(:after AS uuid)
-    ORDER BY m.id OFFSET :window LIMIT 1""")
+# A heap walk's window is never smaller than this many pages (8 MB): a smaller table
+# is one window, walked in plain id order.
+HEAP_WINDOW_MIN_PAGES = 1024
 
 
-def id_window_end(session: Session, after: str, batch_size: int) -> str | None:
-    """The id ``WINDOW_BATCHES * batch_size`` rows after ``after`` (None: fewer remain).
+def heap_window(ctx: JobContext) -> tuple[int, int]:
+    """(pages of memories now, pages per window of a heap walk; see evict_by_heap_walk)."""
+    with ctx.store.session() as session:
+        pages, per_page = session.execute(text("""
+            SELECT pg_relation_size('memories') / current_setting('block_size')::int,
+                   CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages END
+            FROM pg_class WHERE oid = 'memories'::regclass""")).one()
+    return int(pages), max(HEAP_WINDOW_MIN_PAGES,
+                           math.ceil(WINDOW_BATCHES * ctx.batch_size / float(per_page or 4)))
 
-    For keyset walks over conditions no index serves, with ``window_sql``. ``m.id >
-    :after AND <condition> ORDER BY m.id LIMIT :batch`` alone is planned as a scan of
-    the whole table plus a sort, on every batch, as soon as fewer than a batch of rows
-    are expected to match: a sweep reads the table once per batch. Bounded by ``m.id <=
-    :until`` too, a batch reads one window of ids, and a sweep the table once.
+
+def evict_by_heap_walk(ctx: JobContext, steps: Sequence[tuple[str, str]],
+                       params: Mapping[str, Any]) -> tuple[dict[str, int], bool]:
+    """Evict the memories matching ``steps`` ((reason, SQL condition over alias ``m``),
+    in order; no index needed) in one sequential walk of the table, at most
+    ``batch_size`` rows per transaction.
+
+    The walk reads windows of pages in physical order (TID range scans, holding about
+    ``WINDOW_BATCHES`` batches of rows, or the whole of a small table). Each window is
+    swept by each step in turn (while its pages are still cached), in batches in id
+    order (a keyset on id). A keyset walk over the primary key alone would read the
+    pages at random, many times slower than the bare statement's sequential scan when
+    they are not cached; "the first batch_size matching rows" without a keyset re-reads
+    every row it kept on each batch; and a walk per step would read the table once per
+    step. A row a concurrent update moves behind the walk is left for the next run,
+    like any row that starts matching later.
+    Returns (rows per reason, complete); a dry run counts instead.
     """
-    value = session.execute(_WINDOW_END, {"after": after,
-                                          "window": WINDOW_BATCHES * batch_size}).scalar()
-    return None if value is None else str(value)
-
-
-def window_sql(where_sql: str) -> str:
-    """The first ``:batch`` ids in (``:after``, ``:until``] matching ``where_sql`` (over
-    alias ``m``), in id order. The window's rows are read by a bitmap scan, in page
-    order and prefetched, then sorted: walking the primary key in id order instead
-    reads the pages at random, one at a time (tens of times slower when not cached)."""
-    return f"""SELECT w.id FROM (
-            SELECT m.id FROM memories m
-            WHERE m.id > CAST(:after AS uuid) AND m.id <= CAST(:until AS uuid)
-              AND ({where_sql})
-            OFFSET 0  -- planned apart from the ORDER BY, so not as a walk of the pkey
-        ) w ORDER BY w.id LIMIT :batch"""
-
-
-def evict_by_id_walk(ctx: JobContext, where_sql: str, params: Mapping[str, Any],
-                     reason: str) -> tuple[int, bool]:
-    """Evict the memories matching ``where_sql`` (over alias ``m``; no index needed) in
-    one keyset walk over the ids, at most ``batch_size`` rows per transaction, in id
-    order (see ``id_window_end``). Returns (rows, complete); a dry run counts instead."""
+    counts = dict.fromkeys((reason for reason, _ in steps), 0)
     if ctx.dry_run:
-        return _count(ctx, f"SELECT m.id FROM memories m WHERE {where_sql}", params), True
-    statement = text(_EVICT_BATCH % {"select": window_sql(where_sql), "key": "id"})
-    after, until, total = NIL_UUID, None, 0
-    while True:
-        with ctx.store.session() as session:
-            if until is None:
-                until = id_window_end(session, after, ctx.batch_size) or MAX_UUID
-            row = session.execute(statement, {
-                **params, "after": after, "until": until,
-                "batch": ctx.batch_size, "reason": reason, "run_id": ctx.run_id}).one()
-        total += int(row.moved)
-        if int(row.picked) >= ctx.batch_size:
-            after = str(row.last)  # the window may hold more
-        elif until == MAX_UUID:
-            return total, True
-        else:
-            after, until = until, None
-        if ctx.out_of_time():
-            return total, False
+        for reason, where_sql in steps:
+            counts[reason] = _count(ctx, f"SELECT m.id FROM memories m WHERE {where_sql}",
+                                    params)
+        return counts, True
+    pages, window = heap_window(ctx)
+    statements = [(reason, text(_EVICT_BATCH % {"select": f"""SELECT w.id FROM (
+            SELECT m.id FROM memories m
+            WHERE m.ctid >= CAST(:lo AS tid) AND m.ctid < CAST(:hi AS tid)
+              AND m.id > CAST(:after AS uuid) AND ({where_sql})
+            OFFSET 0  -- planned apart from the ORDER BY: a TID range scan, not the pkey
+        ) w ORDER BY w.id LIMIT :batch""", "key": "id"})) for reason, where_sql in steps]
+    first = 0
+    while first < max(pages, 1):
+        bounds = {"lo": f"({first},0)", "hi": f"({first + window},0)"}
+        for reason, statement in statements:
+            after = NIL_UUID
+            while True:
+                with ctx.store.session() as session:
+                    row = session.execute(statement, {
+                        **params, **bounds, "after": after, "batch": ctx.batch_size,
+                        "reason": reason, "run_id": ctx.run_id}).one()
+                counts[reason] += int(row.moved)
+                if int(row.picked) < ctx.batch_size:
+                    break
+                after = str(row.last)  # the window may hold more
+                if ctx.out_of_time():
+                    return counts, False
+        first += window
+        if first < pages and ctx.out_of_time():
+            return counts, False
+    return counts, True
 
 
 def _count(ctx: JobContext, select_ids_sql: str, params: Mapping[str, Any]) -> int:

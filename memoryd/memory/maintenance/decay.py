@@ -36,13 +36,11 @@ from sqlalchemy import text
 
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.base import (
-    MAX_UUID,
     NIL_UUID,
     JobContext,
     JobOutcome,
-    id_window_end,
+    heap_window,
     job,
-    window_sql,
 )
 from memoryd.memory.maintenance.dedup import (
     Merge,
@@ -103,13 +101,18 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
 def _decay_pass(ctx: JobContext, previous: object,
                 interval: timedelta) -> tuple[dict[str, Any] | None, str]:
     """The pass this run works on, and what it does: resumed, started, or skipped."""
-    previous = valid_state(previous, ("started", "after", "done"))
+    previous = valid_state(previous, ("started", "after", "done", "page", "window",
+                                      "horizon"))
     if previous is not None and not previous["done"]:
         return previous, "resumed"
     if previous is not None and \
             ctx.now - datetime.fromisoformat(str(previous["started"])) < interval:
         return None, "skipped"
-    return {"started": ctx.now.isoformat(), "after": NIL_UUID, "done": False}, "started"
+    with ctx.store.session() as session:
+        horizon = session.execute(text(
+            "SELECT CAST(txid_current() % 4294967296 AS text)")).scalar_one()
+    return {"started": ctx.now.isoformat(), "after": NIL_UUID, "done": False, "page": 0,
+            "window": 0, "horizon": str(horizon)}, "started"
 
 
 def _eligible(ctx: JobContext) -> str:
@@ -118,16 +121,39 @@ def _eligible(ctx: JobContext) -> str:
         AND coalesce(m.last_accessed_at, m.created_at) < :idle_before"""
 
 
+# Fleet-wide, the pass walks the table in windows of pages (see base.evict_by_heap_walk
+# for why), in id order within a window. A row version written since the pass started
+# is not decayed by it: that covers the rows the pass decayed itself (an update the
+# page had no room for moves the row, possibly into a window still ahead) and rows an
+# agent recalled or edited meanwhile (decayed by the next pass, if still idle).
+# age() of a frozen row's xmin is the maximum, so frozen rows count as old.
+_UNTOUCHED = "age(m.xmin) > age(CAST(:horizon AS xid))"
+
+
+def _batch_sql(ctx: JobContext) -> str:
+    if ctx.agent_id:  # one agent's rows, through its index; a keyset on id
+        return f"""SELECT m.id FROM memories m
+            WHERE m.id > CAST(:after AS uuid) AND {_eligible(ctx)}
+            ORDER BY m.id LIMIT :batch"""
+    return f"""SELECT w.id FROM (
+            SELECT m.id FROM memories m
+            WHERE m.ctid >= CAST(:lo AS tid) AND m.ctid < CAST(:hi AS tid)
+              AND m.id > CAST(:after AS uuid) AND {_eligible(ctx)} AND {_UNTOUCHED}
+            OFFSET 0  -- planned apart from the ORDER BY: a TID range scan, not the pkey
+        ) w ORDER BY w.id LIMIT :batch"""
+
+
 def _decay_sql(ctx: JobContext) -> str:
     # The UPDATE repeats the conditions: a row recalled since the batch was read is
     # re-checked on its newest version and left alone.
+    guard = "TRUE" if ctx.agent_id else _UNTOUCHED
     return f"""
         WITH batch AS (
-            {window_sql(_eligible(ctx))}
+            {_batch_sql(ctx)}
         ), decayed AS (
             UPDATE memories m
             SET confidence = greatest(:floor, m.confidence * (1 - :rate * (1 - m.importance)))
-            FROM batch WHERE m.id = batch.id AND {_eligible(ctx)}
+            FROM batch WHERE m.id = batch.id AND {_eligible(ctx)} AND {guard}
             RETURNING m.id
         )
         SELECT (SELECT count(*) FROM batch) AS seen, (SELECT count(*) FROM decayed) AS decayed,
@@ -138,29 +164,32 @@ def _decay(ctx: JobContext, checkpoint: dict[str, Any], opts: _Options) -> tuple
     """Run the pass in ``checkpoint['decay']`` on; (memories decayed, pass finished)."""
     state = checkpoint["decay"]
     params = {"agent_id": ctx.agent_id, "floor": opts.floor, "rate": opts.decay_rate,
-              "idle_before": ctx.now - opts.idle, "batch": ctx.batch_size}
+              "idle_before": ctx.now - opts.idle, "batch": ctx.batch_size,
+              "horizon": state["horizon"]}
     if ctx.dry_run:
+        rest = ("m.id > CAST(:after AS uuid)" if ctx.agent_id else _UNTOUCHED)
         with ctx.store.session() as session:
             return int(session.execute(text(
-                f"SELECT count(*) FROM memories m WHERE m.id > CAST(:after AS uuid) "
-                f"AND {_eligible(ctx)}"), {**params, "after": state["after"]}).scalar_one()), True
-    total, until = 0, None
+                f"SELECT count(*) FROM memories m WHERE {rest} AND {_eligible(ctx)}"),
+                {**params, "after": state["after"]}).scalar_one()), True
+    pages, window = (0, 0) if ctx.agent_id else heap_window(ctx)
+    # A resumed pass keeps its window, so the keyset within it stays valid.
+    window = int(state["window"]) or window
+    state["window"] = window
+    total = 0
     while True:
         with ctx.store.session() as session:
-            # Fleet-wide, a batch reads one window of ids (see id_window_end); one agent's
-            # rows are few enough to read through its index.
-            if until is None:
-                until = MAX_UUID if ctx.agent_id else (
-                    id_window_end(session, state["after"], ctx.batch_size) or MAX_UUID)
+            page = int(state["page"])
             row = session.execute(text(_decay_sql(ctx)), {
-                **params, "after": state["after"], "until": until}).one()
+                **params, "after": state["after"],
+                "lo": f"({page},0)", "hi": f"({page + window},0)"}).one()
             total += int(row.decayed)
             if int(row.seen) >= ctx.batch_size:
                 state["after"] = str(row.last)  # the window may hold more
-            elif until != MAX_UUID:
-                state["after"], until = until, None  # the window is done, the pass is not
-            else:
+            elif ctx.agent_id or page + window >= pages:
                 state["done"] = True
+            else:
+                state["page"], state["after"] = page + window, NIL_UUID
             save_checkpoint(session, ctx, checkpoint)  # commits with the batch it describes
         if state["done"]:
             return total, True

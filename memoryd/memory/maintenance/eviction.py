@@ -33,7 +33,7 @@ from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.base import (
     JobContext,
     JobOutcome,
-    evict_by_id_walk,
+    evict_by_heap_walk,
     evict_in_batches,
     job,
 )
@@ -123,13 +123,16 @@ def evict(ctx: JobContext, max_age_days: float = 30, min_importance: float = 0.2
     agent = ctx.agent_clause()
     stats: dict[str, Any] = {"age": 0, "low_confidence": 0, "cap": 0, "purged": 0}
     # Age and confidence are not indexed (confidence must not be: decay's updates stay
-    # HOT), so fleet-wide each of these steps is one keyset walk over the whole table.
-    for reason, where in (("age", _age_where(agent)),
-                          ("low_confidence", _low_confidence_where(agent))):
-        if ctx.agent_id:
+    # HOT), so fleet-wide both steps are one sequential walk of the table.
+    steps = (("age", _age_where(agent)), ("low_confidence", _low_confidence_where(agent)))
+    if ctx.agent_id:
+        for reason, where in steps:
             stats[reason], complete = evict_in_batches(ctx, _keyset_sql(where), params, reason)
-        else:
-            stats[reason], complete = evict_by_id_walk(ctx, where, params, reason)
+            if not complete:
+                return JobOutcome(stats, complete=False)
+    else:
+        counts, complete = evict_by_heap_walk(ctx, steps, params)
+        stats.update(counts)
         if not complete:
             return JobOutcome(stats, complete=False)
     stats["cap"], complete = evict_in_batches(ctx, _cap_sql(agent), params, "cap")
