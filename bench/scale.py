@@ -66,7 +66,7 @@ LOAD_OPTIONS = {
 }
 # ... and while serving (a sized server; durability settings left at their defaults).
 SERVE_OPTIONS = {
-    "shared_buffers": "6GB", "effective_cache_size": "16GB", "work_mem": "16MB",
+    "shared_buffers": "10GB", "effective_cache_size": "16GB", "work_mem": "16MB",
     "maintenance_work_mem": "2GB", "max_wal_size": "8GB", "random_page_cost": "1.1",
 }
 
@@ -481,7 +481,7 @@ def prewarm(url: str) -> None:
             names = conn.execute(text(
                 "SELECT indexrelid::regclass::text FROM pg_index "
                 "WHERE indrelid = 'memories'::regclass")).scalars().all()
-            for name in ["memories", *names]:
+            for name in [*names, "memories"]:  # indexes first, should memory run short
                 conn.execute(text("SELECT pg_prewarm(CAST(:r AS regclass))"), {"r": name})
     finally:
         engine.dispose()

@@ -18,7 +18,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0002"
+HEAD = "0003"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories"}
 

@@ -72,7 +72,9 @@ class MemoryRow(Base):
         Index("uq_memories_agent_key", "agent_id", "key", unique=True,
               postgresql_where=text("key IS NOT NULL")),
         Index("ix_memories_agent_created", "agent_id", "created_at"),
-        Index("ix_memories_agent_accessed", "agent_id", "last_accessed_at"),
+        # BRIN, so recall's access bumps stay HOT updates (migration 0003).
+        Index("ix_memories_agent_accessed", "agent_id", "last_accessed_at",
+              postgresql_using="brin"),
     )
 
 
