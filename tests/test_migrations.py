@@ -18,7 +18,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0003"
+HEAD = "0004"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories"}
 
@@ -213,3 +213,15 @@ def test_memories_leave_room_for_hot_updates(fresh_db: Any) -> None:
         options = conn.execute(text(
             "SELECT reloptions FROM pg_class WHERE relname = 'memories'")).scalar_one()
     assert "fillfactor=70" in options
+
+
+def test_update_tracking_indexes_are_summarizing(fresh_db: Any) -> None:
+    # BRIN keeps access bumps and merges HOT: no re-insert into the HNSW graph.
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    with engine.connect() as conn:
+        methods = dict(conn.execute(text("""
+            SELECT c.relname, a.amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam
+            WHERE c.relname IN ('ix_memories_updated', 'ix_memories_agent_accessed')
+        """)).all())
+    assert methods == {"ix_memories_updated": "brin", "ix_memories_agent_accessed": "brin"}
