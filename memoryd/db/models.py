@@ -75,8 +75,7 @@ class MemoryRow(Base):
         # BRIN, so recall's access bumps stay HOT updates (migration 0003).
         Index("ix_memories_agent_accessed", "agent_id", "last_accessed_at",
               postgresql_using="brin"),
-        # BRIN too, so merges that bump updated_at stay HOT (migration 0004).
-        Index("ix_memories_updated", "updated_at", postgresql_using="brin"),
+        Index("ix_memories_updated", "updated_at"),
         Index("ix_memories_expires", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL")),
     )
