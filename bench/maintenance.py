@@ -133,8 +133,7 @@ WITH ranked AS (
         confidence = greatest(s.confidence, a.confidence),
         last_accessed_at = greatest(s.last_accessed_at, a.last_accessed_at),
         tags = s.tags || ARRAY(SELECT x FROM unnest(coalesce(t.tags, '{{}}')) AS x
-                               WHERE x <> ALL(s.tags)),
-        updated_at = now()
+                               WHERE x <> ALL(s.tags))
     FROM sums a LEFT JOIN tags t ON t.survivor = a.survivor
     WHERE s.id = a.survivor
 ), links AS (
