@@ -494,3 +494,14 @@ def test_env_example_lists_variables_with_placeholders() -> None:
     interpolated = {m.group("name") for m in INTERPOLATION.finditer(COMPOSE_FILE.read_text())}
     undocumented = {name for name in interpolated if name not in text}
     assert not undocumented, f"not in .env.example: {sorted(undocumented)}"
+
+
+def test_worker_healthchecks_ping_the_node_names_memoryd_worker_uses() -> None:
+    # `memoryd worker --queues Q` names its Celery node Q@<hostname> (memoryd/cli/services.py).
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for service, queue in (("worker-memory", "memory"), ("worker-maintenance", "maintenance")):
+        test = " ".join(compose["services"][service]["healthcheck"]["test"])
+        assert f"-d {queue}@$$HOSTNAME" in test.replace("$$$$", "$$"), service
+    services_src = (ROOT / "memoryd" / "cli" / "services.py").read_text()
+    assert "--hostname={'-'.join(queues)}@%h" in services_src
