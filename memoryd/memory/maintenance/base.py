@@ -3,6 +3,7 @@ time budgets, and moving memories to ``evicted_memories`` (never silent deletes)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -394,8 +395,10 @@ def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
         return row.memory_id
 
 
+@functools.cache
 def _load_jobs() -> None:
-    """Import every module of this package so their ``@job`` registrations run."""
+    """Import every module of this package so their ``@job`` registrations run (once:
+    every run_job calls this, and listing the package each time is wasted I/O)."""
     import importlib
     import pkgutil
 
