@@ -324,3 +324,33 @@ def test_context_is_empty_without_memories(store: MemoryStore) -> None:
     assert store.context(AGENT, "anything at all") == ""
     store.store("someone-else", "A memory of another agent.")
     assert store.context(AGENT, "memory of another agent") == ""
+
+
+def test_keyword_weighs_rare_terms_above_common_ones(store: MemoryStore) -> None:
+    """Keyword scores sum the inverse document frequencies (over the agent's own
+    memories) of the query stems a memory holds: a name in every memory counts little."""
+    common = [f"Caroline talked about the weather on day {i}." for i in range(8)]
+    rare = "Caroline adopted a greyhound from the shelter."
+    store.store_many(AGENT, [{"content": c} for c in [*common, rare]])
+    store.store("agent-other", "A greyhound, a greyhound, a greyhound.")
+    hits = {h.content: h.components.keyword for h in store.recall(AGENT, "Caroline greyhound",
+                                                                  limit=20)}
+    assert hits[rare] == pytest.approx(1.0)
+    assert all(0.0 < hits[c] < 0.3 for c in common), hits
+
+
+def test_prefix_matches_only_when_no_memory_holds_the_stem(store: MemoryStore) -> None:
+    store.store_many(AGENT, [{"content": "The user loves photography and old cameras."},
+                             {"content": "The user visited a photo exhibition."},
+                             {"content": "The kitchen tap is leaking again."}])
+    by_content = {h.content: h.components.keyword
+                  for h in store.recall(AGENT, "photo", limit=3)}
+    assert by_content["The user visited a photo exhibition."] == pytest.approx(1.0)
+    assert by_content["The user loves photography and old cameras."] == 0.0
+    other = "agent-recall-2"
+    store.store_many(other, [{"content": "The user loves photography and old cameras."},
+                             {"content": "The kitchen tap is leaking again."}])
+    by_content = {h.content: h.components.keyword
+                  for h in store.recall(other, "photo", limit=2)}
+    assert by_content["The user loves photography and old cameras."] == pytest.approx(1.0)
+    assert by_content["The kitchen tap is leaking again."] == 0.0

@@ -21,8 +21,8 @@ PRIOR_TIE_BREAK = 1e-3
 @dataclass(frozen=True)
 class Candidate:
     row: Mapping[Any, Any]
-    semantic: float          # cosine similarity, clipped to 0..1
-    keyword_raw: float       # ts_rank_cd, unnormalized
+    semantic: float          # cosine similarity
+    keyword_raw: float       # sum of the matched terms' IDF, unnormalized
     vector_rank: int | None  # 1-based rank among vector candidates
     keyword_rank: int | None
 
@@ -37,18 +37,31 @@ def recency(created_at: datetime, category: str, now: datetime) -> float:
 
 
 def components(candidates: Sequence[Candidate], now: datetime) -> list[ScoreComponents]:
-    """Each candidate's components; keyword is normalized by the best keyword match."""
+    """Each candidate's components. Semantic and keyword are both relative to the best
+    candidate (its cosine, clipped to 0..1, and its keyword score are 1.0): the two
+    retrievers' raw scores live on different scales (MiniLM cosines of related texts
+    sit between about 0.2 and 0.7), and normalizing only one of them let the other
+    count for less than its weight (measured on LoCoMo, see bench/README.md)."""
+    best_semantic = max((_clip(c.semantic) for c in candidates), default=0.0)
     best_keyword = max((c.keyword_raw for c in candidates), default=0.0)
     return [
         ScoreComponents(
-            semantic=max(0.0, min(1.0, c.semantic)),
-            keyword=(c.keyword_raw / best_keyword) if best_keyword > 0 else 0.0,
+            semantic=_ratio(_clip(c.semantic), best_semantic),
+            keyword=_ratio(c.keyword_raw, best_keyword),
             recency=recency(c.row["created_at"], str(c.row["category"]), now),
             importance=float(c.row["importance"]),
             confidence=float(c.row["confidence"]),
         )
         for c in candidates
     ]
+
+
+def _clip(value: float) -> float:
+    return max(0.0, min(1.0, value))
+
+
+def _ratio(value: float, best: float) -> float:
+    return value / best if best > 0 else 0.0
 
 
 def weighted(parts: ScoreComponents, weights: Mapping[str, float]) -> float:
