@@ -108,6 +108,7 @@ class Turn:
     dia_id: str
     content: str
     created_at: datetime
+    session: str  # the LoCoMo session key ("session_3"), memoryd's session_id
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def parse_sample(raw: dict[str, Any], position: int) -> Sample:
             if dia_id is None:
                 continue
             content = f"({when_text}) {turn.get('speaker', '?')}: {turn.get('text', '')}"
-            turns.append(Turn(dia_id, content, created_at))
+            turns.append(Turn(dia_id, content, created_at, key))
     known = {t.dia_id for t in turns}
     questions: list[Question] = []
     skipped = {"category": 0, "no_evidence": 0}
@@ -254,7 +255,7 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
                 for start in range(0, len(sample.turns), STORE_BATCH):
                     batch = sample.turns[start:start + STORE_BATCH]
                     results = store.store_many(agent, [
-                        {"content": t.content, "created_at": t.created_at,
+                        {"content": t.content, "created_at": t.created_at, "session_id": t.session,
                          "metadata": {"dia_id": t.dia_id, "sample_id": sample.sample_id}}
                         for t in batch])
                     for turn, result in zip(batch, results, strict=True):

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     weight_importance: float = Field(0.10, ge=0)
     weight_confidence: float = Field(0.05, ge=0)
     recall_fusion: Literal["weighted", "rrf"] = "weighted"
+    recall_context_weight: float = Field(
+        0.15, ge=0, le=1,
+        description="Share of the best adjacent session message's score a candidate gains")
     recall_exact_threshold: int = Field(
         20_000, ge=0, description="Agents with at most this many memories get exact kNN")
     hnsw_ef_search: int = Field(100, ge=10, le=1000)

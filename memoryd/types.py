@@ -75,6 +75,9 @@ class ScoreComponents(_Model):
     recency: float
     importance: float
     confidence: float
+    # The score of the best-scoring candidate adjacent to this one in its session
+    # (0 if none); it adds ``recall_context_weight`` x this to the score.
+    context: float = 0.0
 
 
 class Recalled(_Model):

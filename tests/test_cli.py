@@ -90,7 +90,7 @@ def test_store_recall_list_context_forget(service_env: dict[str, str], store: Me
     assert len(hits) == 1
     assert hits[0]["memory"]["id"] == memory_id
     assert set(hits[0]["components"]) == {"semantic", "keyword", "recency", "importance",
-                                          "confidence"}
+                                          "confidence", "context"}
 
     page = as_json(memoryd(service_env, "list", agent, "--json"))
     assert page["total"] == 2

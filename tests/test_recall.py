@@ -354,3 +354,37 @@ def test_prefix_matches_only_when_no_memory_holds_the_stem(store: MemoryStore) -
                   for h in store.recall(other, "photo", limit=2)}
     assert by_content["The user loves photography and old cameras."] == pytest.approx(1.0)
     assert by_content["The kitchen tap is leaking again."] == 0.0
+
+
+def test_adjacent_session_messages_lend_part_of_their_score(store: MemoryStore,
+                                                            pg_url: str) -> None:
+    """A turn that matches lends ``recall_context_weight`` x its own score to the turns
+    next to it in the same session (an answer rarely repeats the question's words)."""
+    turns = ["Caroline: What did you adopt from the shelter last month?",
+             "Melanie: A three year old greyhound named Max.",
+             "Caroline: The weather at the beach was lovely."]
+    for turn in turns:
+        store.store(AGENT, turn, session_id="chat-1")
+    store.store(AGENT, "Melanie: My sister adopted a cat from the shelter.")
+    store.store("agent-other", "Melanie: A three year old greyhound named Max.",
+                session_id="chat-1")
+    query = "What did Melanie adopt from the shelter last month?"
+
+    hits = {h.content: h for h in store.recall(AGENT, query, limit=4)}
+    own = {c: _weighted(h) for c, h in hits.items()}
+    for hit in hits.values():
+        assert hit.score == pytest.approx(own[hit.content] + 0.15 * hit.components.context,
+                                          abs=1e-5)
+    assert hits[turns[1]].components.context == pytest.approx(
+        max(own[turns[0]], own[turns[2]]), abs=1e-5)
+    assert hits[turns[2]].components.context == pytest.approx(own[turns[1]], abs=1e-5)
+    assert hits["Melanie: My sister adopted a cat from the shelter."].components.context == 0.0
+
+    with override_settings(recall_context_weight="0"):
+        plain = MemoryStore(pg_url)
+        try:
+            for hit in plain.recall(AGENT, query, limit=4):
+                assert hit.components.context == 0.0
+                assert hit.score == pytest.approx(_weighted(hit), abs=1e-5)
+        finally:
+            plain.engine.dispose()

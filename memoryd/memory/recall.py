@@ -27,6 +27,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_TERMS = 32
 _MAX_PAIR_TERMS = 12  # 66 pairs at most
 _STRICT_FACTOR = 10
+_CONTEXT_MAX_MESSAGES = 5_000
 _DF_SAMPLE = 2000  # memories sampled for a large agent's term frequencies
 SIZE_CACHE_SECONDS = 60.0
 _NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
@@ -265,6 +266,41 @@ def candidates(session: Session, agent_id: str, query_vector: str, query: str,
                   vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"])
         for row in rows
     ]
+
+
+def session_neighbours(session: Session, agent_id: str,
+                       found: list[Candidate]) -> dict[Any, list[Any]]:
+    """For each candidate, the candidates next to it in its session's message list.
+
+    A conversation's answer often shares no words with the question it answers (the
+    question turn does): adjacency lets the turn that matched lend part of its score to
+    its neighbours (``scoring.with_context``). Only sessions holding two or more
+    candidates are read, and only up to ``_CONTEXT_MAX_MESSAGES`` messages long (longer
+    ones are skipped rather than unnested on every recall).
+    """
+    by_session: dict[str, list[str]] = {}
+    for c in found:
+        if c.row["session_id"]:
+            by_session.setdefault(str(c.row["session_id"]), []).append(str(c.row["id"]))
+    shared = {sid: ids for sid, ids in by_session.items() if len(ids) > 1}
+    if not shared:
+        return {}
+    rows = session.execute(text("""
+        SELECT s.session_id, e.msg ->> 'id' AS id, e.pos
+        FROM sessions s
+        CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
+        WHERE s.agent_id = :agent_id AND s.session_id = ANY(:sids)
+          AND s.message_count <= :cap AND e.msg ->> 'id' = ANY(:ids)
+    """), {"agent_id": agent_id, "sids": list(shared), "cap": _CONTEXT_MAX_MESSAGES,
+           "ids": [i for ids in shared.values() for i in ids]}).all()
+    at = {(r.session_id, int(r.pos)): r.id for r in rows}
+    ids = {str(c.row["id"]): c.row["id"] for c in found}
+    neighbours: dict[Any, list[Any]] = {}
+    for (sid, pos), mid in at.items():
+        near = [at[(sid, p)] for p in (pos - 1, pos + 1) if (sid, p) in at]
+        if near and mid in ids:
+            neighbours[ids[mid]] = [ids[n] for n in near if n in ids]
+    return neighbours
 
 
 def touch(session: Session, agent_id: str, ids: list[Any]) -> None:

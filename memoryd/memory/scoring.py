@@ -84,3 +84,15 @@ def rrf(candidate: Candidate, parts: ScoreComponents, weights: Mapping[str, floa
     priors = sum(weights[name] * float(getattr(parts, name))
                  for name in ("recency", "importance", "confidence"))
     return (fused / best if best > 0 else 0.0) + PRIOR_TIE_BREAK * priors
+
+
+def with_context(scores: Mapping[Any, float], neighbours: Mapping[Any, Sequence[Any]],
+                 weight: float) -> dict[Any, tuple[float, float]]:
+    """Each candidate's (final score, context): context is the best own score among its
+    session neighbours (0 if none), and the final score adds ``weight`` x context. Own
+    scores, not final ones, are lent, so a run of adjacent turns cannot pump itself up."""
+    out = {}
+    for key, own in scores.items():
+        context = max((scores[n] for n in neighbours.get(key, ()) if n in scores), default=0.0)
+        out[key] = (own + weight * context, context)
+    return out

@@ -134,22 +134,28 @@ class MemoryStore:
                 session, agent, vector, text_query, filters, CANDIDATE_FACTOR * limit,
                 large_agent=self._sizes.is_large(session, agent),
                 ef_search=max(self.settings.hnsw_ef_search, CANDIDATE_FACTOR * limit))
-            ranked = self._rank(found)
+            neighbours = (recall.session_neighbours(session, agent, found)
+                          if self.settings.recall_context_weight > 0 else {})
+            ranked = self._rank(found, neighbours)
             if mode == "deep":
                 ranked = self._rerank(text_query, ranked)
             ranked = ranked[:limit]
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
 
-    def _rank(self, found: list[scoring.Candidate]) -> builtins.list[Recalled]:
+    def _rank(self, found: list[scoring.Candidate],
+              neighbours: Mapping[Any, builtins.list[Any]]) -> builtins.list[Recalled]:
         now = datetime.now(UTC)
         parts = scoring.components(found, now)
         weights = self.settings.weights()
         use_rrf = self.settings.recall_fusion == "rrf"
+        own = {c.row["id"]: scoring.rrf(c, p, weights) if use_rrf else scoring.weighted(p, weights)
+               for c, p in zip(found, parts, strict=True)}
+        final = scoring.with_context(own, neighbours, self.settings.recall_context_weight)
         hits = [
-            Recalled(memory=to_memory(c.row), components=p,
-                     score=round(scoring.rrf(c, p, weights) if use_rrf
-                                 else scoring.weighted(p, weights), 6))
+            Recalled(memory=to_memory(c.row),
+                     components=p.model_copy(update={"context": round(final[c.row["id"]][1], 6)}),
+                     score=round(final[c.row["id"]][0], 6))
             for c, p in zip(found, parts, strict=True)
         ]
         hits.sort(key=lambda hit: (-hit.score, str(hit.memory.id)))
