@@ -304,6 +304,7 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
                     bar.update(1)
         settings = store.settings
         config = {**settings.weights(), "recall_fusion": settings.recall_fusion,
+                  "recall_context_weight": settings.recall_context_weight,
                   "candidate_factor": CANDIDATE_FACTOR,
                   "recall_exact_threshold": settings.recall_exact_threshold}
     finally:
