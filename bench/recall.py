@@ -116,13 +116,14 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
 
 
 def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, Any]:
-    """Where in-process recall spends its time: embed, candidates, rank, touch."""
+    """Where in-process recall spends its time: embed, candidates, session context,
+    rank, touch."""
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
     from memoryd.memory.store import CANDIDATE_FACTOR
 
     parts: dict[str, list[float]] = {"embed": [], "size_check": [], "candidates": [],
-                                     "rank": [], "touch": [], "commit": []}
+                                     "context": [], "rank": [], "touch": [], "commit": []}
     ef = max(store.settings.hnsw_ef_search, CANDIDATE_FACTOR * 10)
     for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
         t0 = time.perf_counter()
@@ -134,13 +135,16 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
             found = rc.candidates(session, agent, vector, q, rc.Filters(),
                                   CANDIDATE_FACTOR * 10, large_agent=large, ef_search=ef)
             t3 = time.perf_counter()
-            ranked = store._rank(found)[:10]
+            neighbours = rc.session_neighbours(session, agent, found)
+            t3b = time.perf_counter()
+            ranked = store._rank(found, neighbours)[:10]
             t4 = time.perf_counter()
             rc.touch(session, agent, [h.memory.id for h in ranked])
             t5 = time.perf_counter()
         t6 = time.perf_counter()
         for name, a, b in (("embed", t0, t1), ("size_check", t1, t2), ("candidates", t2, t3),
-                           ("rank", t3, t4), ("touch", t4, t5), ("commit", t5, t6)):
+                           ("context", t3, t3b), ("rank", t3b, t4), ("touch", t4, t5),
+                           ("commit", t5, t6)):
             parts[name].append((b - a) * 1000)
     return {name: percentiles(v) for name, v in parts.items()}
 

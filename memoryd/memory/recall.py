@@ -58,15 +58,6 @@ class Filters:
                 "session_id": self.session_id}
 
 
-def tsquery_text(query: str) -> str | None:
-    """An OR of prefix terms for ``to_tsquery``; words only, so no query syntax leaks in."""
-    words = [w.lower() for w in _WORD.findall(query)]
-    unique = list(dict.fromkeys(w for w in words if len(w) > 1))[:_MAX_TERMS]
-    if not unique:
-        return None
-    return " | ".join(f"{w}:*" for w in unique)
-
-
 @dataclass
 class AgentSizeCache:
     """Per-process memo of "is this agent large?", so recall does not count every time."""
@@ -97,19 +88,18 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
                   per_retriever: int, *, large_agent: bool) -> tuple[str, dict[str, Any]]:
     """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
     it). For large agents the caller sets ``hnsw.*`` first (``vector_settings``)."""
-    tsq = tsquery_text(query)
+    words = query_words(query)
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     distance = "m.embedding <=> CAST(:qv AS vector)"
     order = distance if large_agent else f"({distance}) + 0"
-    if not tsq:
+    if not words:
         keyword_cte = _NO_KEYWORDS
     elif large_agent:
         keyword_cte = _large_keyword_cte(filters.sql())
     else:
         keyword_cte = _small_keyword_cte(filters.sql())
     sql = f"""
-        WITH q AS (SELECT to_tsquery('english', :tsq) AS q),
-        vec AS (
+        WITH vec AS (
             SELECT m.id, row_number() OVER () AS pos
             FROM (SELECT m.id FROM memories m
                   WHERE m.agent_id = :agent_id AND {filters.sql()}
@@ -122,14 +112,16 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
         LEFT JOIN vec ON vec.id = c.id
         LEFT JOIN kw ON kw.id = c.id
     """
-    params = {"agent_id": agent_id, "qv": query_vector, "tsq": tsq or "", "k": per_retriever,
-              "words": tsq_words(query), **filters.params()}
+    params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever, "words": words,
+              **filters.params()}
     return sql, params
 
 
-def tsq_words(query: str) -> str:
-    """The query's words, space-separated (the large-agent keyword side stems them)."""
-    return " ".join(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
+def query_words(query: str) -> str:
+    """The query's distinct words (no query syntax can leak through), space-separated;
+    PostgreSQL stems them and drops the stop words."""
+    words = dict.fromkeys(w.lower() for w in _WORD.findall(query) if len(w) > 1)
+    return " ".join(list(words)[:_MAX_TERMS])
 
 
 def _idf(df: str, n: str) -> str:
