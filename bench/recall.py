@@ -137,7 +137,7 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
             t3 = time.perf_counter()
             neighbours = rc.session_neighbours(session, agent, found)
             t3b = time.perf_counter()
-            ranked = store._rank(found, neighbours)[:10]
+            ranked = store._rank(found, neighbours, keep=10)
             t4 = time.perf_counter()
             rc.touch(session, agent, [h.memory.id for h in ranked])
             t5 = time.perf_counter()

@@ -27,8 +27,10 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_TERMS = 32
 _MAX_PAIR_TERMS = 12  # 66 pairs at most
 _STRICT_FACTOR = 10
+_MIN_POOL = 500
 _CONTEXT_MAX_MESSAGES = 5_000
-_DF_SAMPLE = 2000  # memories sampled for a large agent's term frequencies
+_DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies
+_RARE_IN_SAMPLE = 2
 SIZE_CACHE_SECONDS = 60.0
 _NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
                 " WHERE false)")
@@ -90,20 +92,14 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
     it). For large agents the caller sets ``hnsw.*`` first (``vector_settings``)."""
     words = query_words(query)
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
-    distance = "m.embedding <=> CAST(:qv AS vector)"
-    order = distance if large_agent else f"({distance}) + 0"
     if not words:
         keyword_cte = _NO_KEYWORDS
     elif large_agent:
         keyword_cte = _large_keyword_cte(filters.sql())
     else:
-        keyword_cte = _small_keyword_cte(filters.sql())
+        keyword_cte = _small_keyword_cte()
     sql = f"""
-        WITH vec AS (
-            SELECT m.id, row_number() OVER () AS pos
-            FROM (SELECT m.id FROM memories m
-                  WHERE m.agent_id = :agent_id AND {filters.sql()}
-                  ORDER BY {order} LIMIT :k) m)
+        WITH {_large_vector_cte(filters.sql()) if large_agent else _small_vector_cte(filters.sql())}
         {keyword_cte}
         SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)) AS semantic,
                coalesce(kw.rank, 0) AS keyword_raw, vec.pos AS vector_rank, kw.pos AS keyword_rank
@@ -115,6 +111,26 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
     params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever, "words": words,
               **filters.params()}
     return sql, params
+
+
+def _large_vector_cte(where: str) -> str:
+    """The agent's nearest memories through the HNSW index (iterative scan)."""
+    return f"""vec AS (
+            SELECT m.id, row_number() OVER () AS pos
+            FROM (SELECT m.id FROM memories m
+                  WHERE m.agent_id = :agent_id AND {where}
+                  ORDER BY m.embedding <=> CAST(:qv AS vector) LIMIT :k) m)"""
+
+
+def _small_vector_cte(where: str) -> str:
+    """Exact kNN over the agent's rows. ``mine`` reads them once (through the agent_id
+    btree) for both sides: distance, lexemes and whether the filters pass."""
+    return f"""mine AS MATERIALIZED (
+            SELECT m.id, m.tsv, m.embedding <=> CAST(:qv AS vector) AS dist, ({where}) AS ok
+            FROM memories m WHERE m.agent_id = :agent_id),
+        vec AS (
+            SELECT id, row_number() OVER (ORDER BY dist, id) AS pos
+            FROM (SELECT id, dist FROM mine WHERE ok ORDER BY dist, id LIMIT :k) m)"""
 
 
 def query_words(query: str) -> str:
@@ -129,7 +145,7 @@ def _idf(df: str, n: str) -> str:
     return f"ln(1 + ({n} - {df} + 0.5) / ({df} + 0.5))"
 
 
-def _small_keyword_cte(where: str) -> str:
+def _small_keyword_cte() -> str:
     """The keyword side for small agents: every memory holding a query term, scored by
     the sum of the inverse document frequencies of the terms it holds.
 
@@ -140,11 +156,10 @@ def _small_keyword_cte(where: str) -> str:
     agent's memories weighs little, and a rare word weighs a lot: ``ts_rank_cd`` over an
     OR of terms scored nearly every match alike (measured on LoCoMo, see bench/README.md).
 
-    The agent's rows are matched one by one (reached through the agent_id btree, as the
-    exact vector side does), not through the GIN index: prefix terms are expanded over
-    the whole table there, tens of ms at a million memories. ``ts_match_vq`` is ``@@``
-    spelled as a function, which the planner cannot index. The CTEs are MATERIALIZED so
-    that the frequencies are counted once, not once per candidate row.
+    The agent's rows (``mine``, read once for both sides) are matched one by one, not
+    through the GIN index: prefix terms are expanded over the whole table there, tens of
+    ms at a million memories. The CTEs are MATERIALIZED so that the frequencies are
+    counted once, not once per candidate row.
     """
     return f"""
         , terms AS MATERIALIZED (
@@ -153,14 +168,13 @@ def _small_keyword_cte(where: str) -> str:
             FROM unnest((tsvector_to_array(to_tsvector('english', :words)))[1:{_MAX_TERMS}])
                  AS l)
         , hits AS MATERIALIZED (
-            SELECT m.id, t.ex, ts_match_vq(m.tsv, t.ex) AS exact, ({where}) AS ok
-            FROM memories m JOIN terms t ON ts_match_vq(m.tsv, t.px)
-            WHERE m.agent_id = :agent_id)
+            SELECT r.id, t.ex, r.tsv @@ t.ex AS exact, r.ok
+            FROM mine r JOIN terms t ON r.tsv @@ t.px)
         , idf AS MATERIALIZED (
             SELECT h.ex, bool_or(h.exact) AS any_exact,
                    {_idf("count(*) FILTER (WHERE h.exact)", "n.n")} AS w_exact,
                    {_idf("count(*)", "n.n")} AS w_prefix
-            FROM hits h, (SELECT count(*) AS n FROM memories WHERE agent_id = :agent_id) n
+            FROM hits h, (SELECT count(*) AS n FROM mine) n
             GROUP BY h.ex, n.n)
         , kw AS (
             SELECT s.id, s.rank, row_number() OVER (ORDER BY s.rank DESC, s.id) AS pos
@@ -177,16 +191,20 @@ def _large_keyword_cte(where: str) -> str:
     """The keyword side for large agents, bounded whatever the query.
 
     Scored like the small-agent side (the sum of the inverse document frequencies of
-    the query's stems a memory holds), with two bounds:
+    the query's stems a memory holds), with bounds, because every GIN search here walks
+    the agent's own posting list (100,000 entries for a 100,000-memory agent, 1.5-3 ms):
 
     - document frequencies are estimated on a sample of ``_DF_SAMPLE`` of the agent's
       memories (the first ones its agent_id index yields), not counted over all of them;
-    - candidates come straight from the GIN posting lists of exact stems (prefix terms
-      are expanded over the whole table there, and an OR of terms matches thousands of a
-      big agent's memories): at most ``_STRICT_FACTOR`` x ``k`` memories holding two or
-      more of the terms (``kw_strict``), plus at most ``k`` memories per term
-      (``kw_loose``), so a rare term's memories are all there, and of a common term's
-      memories holding nothing else (which all score alike) ``k`` are.
+    - one GIN search (exact stems; prefix terms are expanded over the whole table there)
+      finds at most ``_STRICT_FACTOR`` x ``k`` (at least ``_MIN_POOL``) memories holding
+      two or more of the terms,
+      or a rare one (at most ``_RARE_IN_SAMPLE`` hits in the sample): the memories that
+      can score high;
+    - a second search adds ``k`` memories holding the rarest of the other terms (a name,
+      typically: they outscore memories holding one commoner term);
+    - only if those find fewer than ``k``, a last search adds up to ``k`` memories
+      holding any one term.
 
     Prefix-only matches are not looked for here.
     """
@@ -194,32 +212,44 @@ def _large_keyword_cte(where: str) -> str:
         , lex AS (
             SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{_MAX_PAIR_TERMS}]
                    AS l)
-        , pairs AS (
-            SELECT CAST((SELECT string_agg(format('(%L & %L)', a, b), ' | ')
-                         FROM lex, unnest(lex.l) AS a, unnest(lex.l) AS b
-                         WHERE a < b) AS tsquery) AS q)
         , sample AS MATERIALIZED (
             SELECT m.tsv FROM memories m WHERE m.agent_id = :agent_id LIMIT {_DF_SAMPLE})
         , idf AS MATERIALIZED (
-            SELECT t.ex, {_idf("d.df", "n.n")} AS w
-            FROM (SELECT CAST(quote_literal(a) AS tsquery) AS ex FROM lex, unnest(lex.l) AS a) t,
+            SELECT t.a, t.ex, d.df, {_idf("d.df", "n.n")} AS w
+            FROM (SELECT a, CAST(quote_literal(a) AS tsquery) AS ex
+                  FROM lex, unnest(lex.l) AS a) t,
                  (SELECT count(*) AS n FROM sample) n,
                  LATERAL (SELECT count(*) AS df FROM sample s WHERE s.tsv @@ t.ex) d)
-        , kw_strict AS (
-            SELECT m.id, m.tsv FROM memories m, pairs
-            WHERE m.agent_id = :agent_id AND m.tsv @@ pairs.q AND {where}
-            LIMIT {_STRICT_FACTOR} * :k)
-        , kw_loose AS (
-            SELECT t.id, t.tsv FROM idf,
-                 LATERAL (SELECT m.id, m.tsv FROM memories m
-                          WHERE m.agent_id = :agent_id AND m.tsv @@ idf.ex AND {where}
-                          LIMIT :k) t)
+        , wanted AS (
+            SELECT CAST(string_agg(p, ' | ') AS tsquery) AS q,
+                   (SELECT CAST(string_agg(quote_literal(a), ' | ') AS tsquery) FROM idf) AS any_q
+            FROM (SELECT format('(%L & %L)', a, b) AS p
+                  FROM lex, unnest(lex.l) AS a, unnest(lex.l) AS b WHERE a < b
+                  UNION ALL
+                  SELECT quote_literal(a) FROM idf WHERE df <= {_RARE_IN_SAMPLE}) s)
+        , kw_found AS MATERIALIZED (
+            SELECT m.id, m.tsv FROM memories m, wanted
+            WHERE m.agent_id = :agent_id AND m.tsv @@ wanted.q AND {where}
+            LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL}))
+        , kw_rarest AS MATERIALIZED (
+            SELECT m.id, m.tsv FROM memories m,
+                   (SELECT ex FROM idf WHERE df > {_RARE_IN_SAMPLE}
+                    ORDER BY df, a LIMIT 1) r
+            WHERE m.agent_id = :agent_id AND m.tsv @@ r.ex AND {where}
+              AND m.id NOT IN (SELECT id FROM kw_found)
+            LIMIT :k)
+        , kw_fill AS (
+            SELECT m.id, m.tsv FROM memories m, wanted
+            WHERE (SELECT count(*) FROM kw_found) + (SELECT count(*) FROM kw_rarest) < :k
+              AND m.agent_id = :agent_id AND m.tsv @@ wanted.any_q AND {where}
+              AND m.id NOT IN (SELECT id FROM kw_found UNION ALL SELECT id FROM kw_rarest)
+            LIMIT :k)
         , kw AS (
             SELECT s.id, s.rank, row_number() OVER (ORDER BY s.rank DESC, s.id) AS pos
             FROM (SELECT c.id, (SELECT sum(i.w) FROM idf i WHERE c.tsv @@ i.ex) AS rank
-                  FROM (SELECT DISTINCT ON (id) id, tsv
-                        FROM (SELECT id, tsv FROM kw_strict
-                              UNION ALL SELECT id, tsv FROM kw_loose) u) c) s
+                  FROM (SELECT id, tsv FROM kw_found
+                        UNION ALL SELECT id, tsv FROM kw_rarest
+                        UNION ALL SELECT id, tsv FROM kw_fill) c) s
             ORDER BY s.rank DESC, s.id LIMIT :k)
     """
 
@@ -230,11 +260,18 @@ def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> N
     - ``synchronous_commit = off``: recall's only write is the access bump; waiting for
       its WAL flush (milliseconds on an ordinary disk) bought nothing worth the latency.
       A crash can lose the last fraction of a second of access counts, never a memory.
+    - large agents: ``plan_cache_mode = force_custom_plan``. psycopg prepares a statement after five
+      executions, and after five more PostgreSQL may switch a prepared statement to a
+      generic plan, planned without the agent id or the query's terms. For the candidate
+      query that plan is 5-15x slower (measured at a million memories: 90-380 ms instead
+      of 13-40 ms for a 100,000-memory agent); planning it afresh costs about 1 ms. Small
+      agents keep the generic plan: it has their custom plan's shape and saves that 1 ms.
     - large agents: pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on
       past it if needed) and the iterative scan itself.
     """
     settings = {"synchronous_commit": "off"}
     if large_agent:
+        settings["plan_cache_mode"] = "force_custom_plan"
         settings["hnsw.ef_search"] = str(min(int(ef_search), 1000))
         settings["hnsw.iterative_scan"] = "relaxed_order"
     calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))

@@ -136,15 +136,17 @@ class MemoryStore:
                 ef_search=max(self.settings.hnsw_ef_search, CANDIDATE_FACTOR * limit))
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})
-            ranked = self._rank(found, neighbours)
+            ranked = self._rank(found, neighbours, keep=None if mode == "deep" else limit)
             if mode == "deep":
                 ranked = self._rerank(text_query, ranked)
             ranked = ranked[:limit]
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
 
-    def _rank(self, found: list[scoring.Candidate],
-              neighbours: Mapping[Any, builtins.list[Any]]) -> builtins.list[Recalled]:
+    def _rank(self, found: list[scoring.Candidate], neighbours: Mapping[Any, builtins.list[Any]],
+              *, keep: int | None = None) -> builtins.list[Recalled]:
+        """The candidates best first (ties by id); only the first ``keep`` (all if None)
+        become ``Recalled`` objects, which is most of the ranking's cost."""
         now = datetime.now(UTC)
         parts = scoring.components(found, now)
         weights = self.settings.weights()
@@ -152,13 +154,14 @@ class MemoryStore:
         own = {c.row["id"]: scoring.rrf(c, p, weights) if use_rrf else scoring.weighted(p, weights)
                for c, p in zip(found, parts, strict=True)}
         final = scoring.with_context(own, neighbours, self.settings.recall_context_weight)
-        hits = [
-            Recalled(memory=to_memory(c.row),
-                     components=p.model_copy(update={"context": round(final[c.row["id"]][1], 6)}),
-                     score=round(final[c.row["id"]][0], 6))
-            for c, p in zip(found, parts, strict=True)
-        ]
-        hits.sort(key=lambda hit: (-hit.score, str(hit.memory.id)))
+        order = sorted(range(len(found)), key=lambda i: (-round(final[found[i].row["id"]][0], 6),
+                                                         str(found[i].row["id"])))
+        hits = []
+        for i in order[:keep]:
+            score, context = final[found[i].row["id"]]
+            hits.append(Recalled(
+                memory=to_memory(found[i].row), score=round(score, 6),
+                components=parts[i].model_copy(update={"context": round(context, 6)})))
         return hits
 
     def _rerank(self, query: str, ranked: list[Recalled]) -> builtins.list[Recalled]:
