@@ -246,7 +246,7 @@ def test_hnsw_plan_finds_the_relevant_memory(store: MemoryStore, pg_url: str) ->
         hnsw_store = MemoryStore(pg_url)
     try:
         hits = hnsw_store.recall(AGENT, QUERY, limit=5)
-        assert hnsw_store._sizes._seen[AGENT][1] is True  # the large-agent (HNSW) plan
+        assert hnsw_store._sizes._seen[AGENT][1] > 0  # the large-agent (HNSW) plan (threshold 0)
         assert hits[0].content == TARGET
         assert len(hits) == 5
         assert all(h.memory.agent_id == AGENT for h in hits)
@@ -388,3 +388,18 @@ def test_adjacent_session_messages_lend_part_of_their_score(store: MemoryStore,
                 assert hit.score == pytest.approx(_weighted(hit), abs=1e-5)
         finally:
             plain.engine.dispose()
+
+
+def test_mid_sized_agents_take_keywords_from_the_index_with_the_same_scores(
+        store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``KEYWORD_SCAN_MAX`` memories the keyword side comes from the GIN index
+    (while the vector side may still be exact): same scores for exact-stem matches."""
+    from memoryd.memory import recall
+
+    _seed(store)
+    scanned = {h.id: round(h.components.keyword, 5) for h in store.recall(AGENT, QUERY, limit=9)}
+    monkeypatch.setattr(recall, "KEYWORD_SCAN_MAX", 0)
+    hits = store.recall(AGENT, QUERY, limit=9)
+    assert hits[0].content == TARGET
+    assert {h.id: round(h.components.keyword, 5) for h in hits} == scanned
+    assert sum(1 for v in scanned.values() if v > 0) >= 2

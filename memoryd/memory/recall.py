@@ -25,12 +25,13 @@ from memoryd.memory.scoring import Candidate
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MAX_TERMS = 32
-_MAX_PAIR_TERMS = 12  # 66 pairs at most
+_MAX_PAIR_TERMS = 6  # pairs among the 6 rarest terms: 15 at most
 _STRICT_FACTOR = 10
 _MIN_POOL = 500
 _CONTEXT_MAX_MESSAGES = 5_000
 _DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies
 _RARE_IN_SAMPLE = 2
+KEYWORD_SCAN_MAX = 2_000  # above this many memories, the keyword side uses the GIN index
 SIZE_CACHE_SECONDS = 60.0
 _NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
                 " WHERE false)")
@@ -65,36 +66,40 @@ class AgentSizeCache:
     """Per-process memo of "is this agent large?", so recall does not count every time."""
 
     threshold: int
-    _seen: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    _seen: dict[str, tuple[float, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def is_large(self, session: Session, agent_id: str) -> bool:
+    def size(self, session: Session, agent_id: str) -> int:
+        """The agent's number of memories, counted up to ``threshold + 1`` at most."""
         now = time.monotonic()
         with self._lock:
             hit = self._seen.get(agent_id)
         if hit and now - hit[0] < SIZE_CACHE_SECONDS:
             return hit[1]
         # Counting stops at threshold + 1 rows: cheap for every agent size.
-        count = session.execute(text(
+        count = int(session.execute(text(
             "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
-            {"a": agent_id, "n": self.threshold + 1}).scalar_one()
-        large = bool(count > self.threshold)
+            {"a": agent_id, "n": self.threshold + 1}).scalar_one())
         with self._lock:
             if len(self._seen) > 100_000:
                 self._seen.clear()
-            self._seen[agent_id] = (now, large)
-        return large
+            self._seen[agent_id] = (now, count)
+        return count
+
+    def is_large(self, session: Session, agent_id: str) -> bool:
+        return self.size(session, agent_id) > self.threshold
 
 
 def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters,
-                  per_retriever: int, *, large_agent: bool) -> tuple[str, dict[str, Any]]:
+                  per_retriever: int, *, large_agent: bool,
+                  keyword_index: bool | None = None) -> tuple[str, dict[str, Any]]:
     """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
     it). For large agents the caller sets ``hnsw.*`` first (``vector_settings``)."""
     words = query_words(query)
     # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     if not words:
         keyword_cte = _NO_KEYWORDS
-    elif large_agent:
+    elif large_agent or keyword_index:  # the row scan needs the small vector side's rows
         keyword_cte = _large_keyword_cte(filters.sql())
     else:
         keyword_cte = _small_keyword_cte()
@@ -198,7 +203,8 @@ def _large_keyword_cte(where: str) -> str:
       memories (the first ones its agent_id index yields), not counted over all of them;
     - one GIN search (exact stems; prefix terms are expanded over the whole table there)
       finds at most ``_STRICT_FACTOR`` x ``k`` (at least ``_MIN_POOL``) memories holding
-      two or more of the terms,
+      two or more of the ``_MAX_PAIR_TERMS`` rarest terms (an OR of pairs costs about a ms
+      per pair here),
       or a rare one (at most ``_RARE_IN_SAMPLE`` hits in the sample): the memories that
       can score high;
     - a second search adds ``k`` memories holding the rarest of the other terms (a name,
@@ -210,8 +216,7 @@ def _large_keyword_cte(where: str) -> str:
     """
     return f"""
         , lex AS (
-            SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{_MAX_PAIR_TERMS}]
-                   AS l)
+            SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{_MAX_TERMS}] AS l)
         , sample AS MATERIALIZED (
             SELECT m.tsv FROM memories m WHERE m.agent_id = :agent_id LIMIT {_DF_SAMPLE})
         , idf AS MATERIALIZED (
@@ -220,11 +225,12 @@ def _large_keyword_cte(where: str) -> str:
                   FROM lex, unnest(lex.l) AS a) t,
                  (SELECT count(*) AS n FROM sample) n,
                  LATERAL (SELECT count(*) AS df FROM sample s WHERE s.tsv @@ t.ex) d)
+        , rarest AS (SELECT a FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})
         , wanted AS (
             SELECT CAST(string_agg(p, ' | ') AS tsquery) AS q,
                    (SELECT CAST(string_agg(quote_literal(a), ' | ') AS tsquery) FROM idf) AS any_q
-            FROM (SELECT format('(%L & %L)', a, b) AS p
-                  FROM lex, unnest(lex.l) AS a, unnest(lex.l) AS b WHERE a < b
+            FROM (SELECT format('(%L & %L)', x.a, y.a) AS p
+                  FROM rarest x, rarest y WHERE x.a < y.a
                   UNION ALL
                   SELECT quote_literal(a) FROM idf WHERE df <= {_RARE_IN_SAMPLE}) s)
         , kw_found AS MATERIALIZED (
@@ -254,13 +260,15 @@ def _large_keyword_cte(where: str) -> str:
     """
 
 
-def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> None:
+def vector_settings(session: Session, *, large_agent: bool, ef_search: int,
+                    custom_plan: bool = False) -> None:
     """Transaction-local settings for recall, in one round trip.
 
     - ``synchronous_commit = off``: recall's only write is the access bump; waiting for
       its WAL flush (milliseconds on an ordinary disk) bought nothing worth the latency.
       A crash can lose the last fraction of a second of access counts, never a memory.
-    - large agents: ``plan_cache_mode = force_custom_plan``. psycopg prepares a statement after five
+    - large agents and ``custom_plan``: ``plan_cache_mode = force_custom_plan``. psycopg
+      prepares a statement after five
       executions, and after five more PostgreSQL may switch a prepared statement to a
       generic plan, planned without the agent id or the query's terms. For the candidate
       query that plan is 5-15x slower (measured at a million memories: 90-380 ms instead
@@ -270,8 +278,9 @@ def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> N
       past it if needed) and the iterative scan itself.
     """
     settings = {"synchronous_commit": "off"}
-    if large_agent:
+    if large_agent or custom_plan:
         settings["plan_cache_mode"] = "force_custom_plan"
+    if large_agent:
         settings["hnsw.ef_search"] = str(min(int(ef_search), 1000))
         settings["hnsw.iterative_scan"] = "relaxed_order"
     calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
@@ -283,11 +292,14 @@ def vector_settings(session: Session, *, large_agent: bool, ef_search: int) -> N
 
 def candidates(session: Session, agent_id: str, query_vector: str, query: str,
                filters: Filters, per_retriever: int, *, large_agent: bool,
-               ef_search: int) -> list[Candidate]:
-    """Up to ``per_retriever`` candidates from each index, merged, with raw components."""
-    vector_settings(session, large_agent=large_agent, ef_search=ef_search)
+               ef_search: int, keyword_index: bool | None = None) -> list[Candidate]:
+    """Up to ``per_retriever`` candidates from each index, merged, with raw components.
+    ``keyword_index`` takes the keyword side from the GIN index instead of scanning the
+    agent's rows (always so for large agents)."""
+    vector_settings(session, large_agent=large_agent, ef_search=ef_search,
+                    custom_plan=bool(keyword_index))
     sql, params = candidate_sql(agent_id, query_vector, query, filters, per_retriever,
-                                large_agent=large_agent)
+                                large_agent=large_agent, keyword_index=keyword_index)
     rows = session.execute(text(sql), params).mappings().all()
     return [
         Candidate(row=row, semantic=float(row["semantic"]),

@@ -130,9 +130,11 @@ class MemoryStore:
                                  include_archived=bool(include_archived))
         vector = to_pgvector(self.embedder.embed([text_query])[0])
         with self.session() as session:
+            size = self._sizes.size(session, agent)
             found = recall.candidates(
                 session, agent, vector, text_query, filters, CANDIDATE_FACTOR * limit,
-                large_agent=self._sizes.is_large(session, agent),
+                large_agent=size > self.settings.recall_exact_threshold,
+                keyword_index=size > recall.KEYWORD_SCAN_MAX,
                 ef_search=max(self.settings.hnsw_ef_search, CANDIDATE_FACTOR * limit))
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})
