@@ -94,6 +94,7 @@ def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> No
 
     from sqlalchemy import text
 
+    from memoryd.memory import keywords
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
     from memoryd.memory.store import MemoryStore
@@ -111,7 +112,7 @@ def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> No
         with store.session() as session:
             stems = session.execute(text(
                 "SELECT (tsvector_to_array(to_tsvector('english', :w)))[1:12]"),
-                {"w": rc.query_words(query)}).scalar_one()
+                {"w": keywords.query_words(query)}).scalar_one()
         n = len(docs)
         idf = {t: math.log(1 + (n - df + 0.5) / (df + 0.5))
                for t in stems for df in [sum(t in d for d in docs)]}

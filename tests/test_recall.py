@@ -394,11 +394,11 @@ def test_mid_sized_agents_take_keywords_from_the_index_with_the_same_scores(
         store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above ``KEYWORD_SCAN_MAX`` memories the keyword side comes from the GIN index
     (while the vector side may still be exact): same scores for exact-stem matches."""
-    from memoryd.memory import recall
+    from memoryd.memory import keywords
 
     _seed(store)
     scanned = {h.id: round(h.components.keyword, 5) for h in store.recall(AGENT, QUERY, limit=9)}
-    monkeypatch.setattr(recall, "KEYWORD_SCAN_MAX", 0)
+    monkeypatch.setattr(keywords, "KEYWORD_SCAN_MAX", 0)
     hits = store.recall(AGENT, QUERY, limit=9)
     assert hits[0].content == TARGET
     assert {h.id: round(h.components.keyword, 5) for h in hits} == scanned

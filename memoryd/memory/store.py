@@ -20,7 +20,7 @@ from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import LLMError, NotFound, ValidationError
-from memoryd.memory import graph, recall, scoring, sessions, writes
+from memoryd.memory import graph, keywords, recall, scoring, sessions, writes
 from memoryd.memory.embeddings import Embedder, get_embedder, to_pgvector
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.types import (
@@ -134,7 +134,7 @@ class MemoryStore:
             found = recall.candidates(
                 session, agent, vector, text_query, filters, CANDIDATE_FACTOR * limit,
                 large_agent=size > self.settings.recall_exact_threshold,
-                keyword_index=size > recall.KEYWORD_SCAN_MAX,
+                keyword_index=size > keywords.KEYWORD_SCAN_MAX,
                 ef_search=max(self.settings.hnsw_ef_search, CANDIDATE_FACTOR * limit))
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})

@@ -1,0 +1,146 @@
+"""The keyword side of recall: IDF-weighted matches of the query's English stems.
+
+A memory's keyword score is the sum of the inverse document frequencies (BM25's
+``ln(1 + (N - df + 0.5) / (df + 0.5))``) of the query stems it holds, N and df counted
+over the agent's own memories. Two plans, by the agent's size (``KEYWORD_SCAN_MAX``):
+scan the agent's rows (``small_cte``), or search the (agent_id, tsvector) GIN index
+within bounds (``large_cte``). Each returns CTEs ending in ``kw (id, rank, pos)`` for
+``recall.candidate_sql``.
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+MAX_TERMS = 32
+_MAX_PAIR_TERMS = 6  # pairs among the 6 rarest terms: 15 at most
+_STRICT_FACTOR = 10
+_MIN_POOL = 500
+_DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies
+_RARE_IN_SAMPLE = 2
+KEYWORD_SCAN_MAX = 2_000  # above this many memories, the keyword side uses the GIN index
+NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
+                " WHERE false)")
+
+
+def query_words(query: str) -> str:
+    """The query's distinct words (no query syntax can leak through), space-separated;
+    PostgreSQL stems them and drops the stop words."""
+    words = dict.fromkeys(w.lower() for w in _WORD.findall(query) if len(w) > 1)
+    return " ".join(list(words)[:MAX_TERMS])
+
+
+def _idf(df: str, n: str) -> str:
+    """A term's weight: BM25's inverse document frequency, never negative."""
+    return f"ln(1 + ({n} - {df} + 0.5) / ({df} + 0.5))"
+
+
+def small_cte() -> str:
+    """The keyword side for small agents: every memory holding a query term, scored by
+    the sum of the inverse document frequencies of the terms it holds.
+
+    A term is the query word's English stem. It matches a memory holding the stem, or,
+    if no memory of the agent holds the stem itself, a word starting with it (prefix
+    matching: "photo" finds "photography"). Document frequencies are counted over the
+    agent's own memories, so a speaker's name or a date word present in most of an
+    agent's memories weighs little, and a rare word weighs a lot: ``ts_rank_cd`` over an
+    OR of terms scored nearly every match alike (measured on LoCoMo, see bench/README.md).
+
+    The agent's rows (``mine``, read once for both sides) are matched one by one, not
+    through the GIN index: prefix terms are expanded over the whole table there, tens of
+    ms at a million memories. The CTEs are MATERIALIZED so that the frequencies are
+    counted once, not once per candidate row.
+    """
+    return f"""
+        , terms AS MATERIALIZED (
+            SELECT DISTINCT CAST(quote_literal(l) AS tsquery) AS ex,
+                   CAST(quote_literal(l) || ':*' AS tsquery) AS px
+            FROM unnest((tsvector_to_array(to_tsvector('english', :words)))[1:{MAX_TERMS}])
+                 AS l)
+        , hits AS MATERIALIZED (
+            SELECT r.id, t.ex, r.tsv @@ t.ex AS exact, r.ok
+            FROM mine r JOIN terms t ON r.tsv @@ t.px)
+        , idf AS MATERIALIZED (
+            SELECT h.ex, bool_or(h.exact) AS any_exact,
+                   {_idf("count(*) FILTER (WHERE h.exact)", "n.n")} AS w_exact,
+                   {_idf("count(*)", "n.n")} AS w_prefix
+            FROM hits h, (SELECT count(*) AS n FROM mine) n
+            GROUP BY h.ex, n.n)
+        , kw AS (
+            SELECT s.id, s.rank, row_number() OVER (ORDER BY s.rank DESC, s.id) AS pos
+            FROM (SELECT h.id,
+                         sum(CASE WHEN h.exact THEN i.w_exact ELSE i.w_prefix END) AS rank
+                  FROM hits h JOIN idf i ON i.ex = h.ex
+                  WHERE h.ok AND (h.exact OR NOT i.any_exact)
+                  GROUP BY h.id) s
+            ORDER BY s.rank DESC, s.id LIMIT :k)
+    """
+
+
+def large_cte(where: str) -> str:
+    """The keyword side for large agents, bounded whatever the query.
+
+    Scored like the small-agent side (the sum of the inverse document frequencies of
+    the query's stems a memory holds), with bounds, because every GIN search here walks
+    the agent's own posting list (100,000 entries for a 100,000-memory agent, 1.5-3 ms):
+
+    - document frequencies are estimated on a sample of ``_DF_SAMPLE`` of the agent's
+      memories (the first ones its agent_id index yields), not counted over all of them;
+    - one GIN search (exact stems; prefix terms are expanded over the whole table there)
+      finds at most ``_STRICT_FACTOR`` x ``k`` (at least ``_MIN_POOL``) memories holding
+      two or more of the ``_MAX_PAIR_TERMS`` rarest terms (an OR of pairs costs about a ms
+      per pair here),
+      or a rare one (at most ``_RARE_IN_SAMPLE`` hits in the sample): the memories that
+      can score high;
+    - a second search adds ``k`` memories holding the rarest of the other terms (a name,
+      typically: they outscore memories holding one commoner term);
+    - only if those find fewer than ``k``, a last search adds up to ``k`` memories
+      holding any one term.
+
+    Prefix-only matches are not looked for here.
+    """
+    return f"""
+        , lex AS (
+            SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{MAX_TERMS}] AS l)
+        , sample AS MATERIALIZED (
+            SELECT m.tsv FROM memories m WHERE m.agent_id = :agent_id LIMIT {_DF_SAMPLE})
+        , idf AS MATERIALIZED (
+            SELECT t.a, t.ex, d.df, {_idf("d.df", "n.n")} AS w
+            FROM (SELECT a, CAST(quote_literal(a) AS tsquery) AS ex
+                  FROM lex, unnest(lex.l) AS a) t,
+                 (SELECT count(*) AS n FROM sample) n,
+                 LATERAL (SELECT count(*) AS df FROM sample s WHERE s.tsv @@ t.ex) d)
+        , rarest AS (SELECT a FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})
+        , wanted AS (
+            SELECT CAST(string_agg(p, ' | ') AS tsquery) AS q,
+                   (SELECT CAST(string_agg(quote_literal(a), ' | ') AS tsquery) FROM idf) AS any_q
+            FROM (SELECT format('(%L & %L)', x.a, y.a) AS p
+                  FROM rarest x, rarest y WHERE x.a < y.a
+                  UNION ALL
+                  SELECT quote_literal(a) FROM idf WHERE df <= {_RARE_IN_SAMPLE}) s)
+        , kw_found AS MATERIALIZED (
+            SELECT m.id, m.tsv FROM memories m, wanted
+            WHERE m.agent_id = :agent_id AND m.tsv @@ wanted.q AND {where}
+            LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL}))
+        , kw_rarest AS MATERIALIZED (
+            SELECT m.id, m.tsv FROM memories m,
+                   (SELECT ex FROM idf WHERE df > {_RARE_IN_SAMPLE}
+                    ORDER BY df, a LIMIT 1) r
+            WHERE m.agent_id = :agent_id AND m.tsv @@ r.ex AND {where}
+              AND m.id NOT IN (SELECT id FROM kw_found)
+            LIMIT :k)
+        , kw_fill AS (
+            SELECT m.id, m.tsv FROM memories m, wanted
+            WHERE (SELECT count(*) FROM kw_found) + (SELECT count(*) FROM kw_rarest) < :k
+              AND m.agent_id = :agent_id AND m.tsv @@ wanted.any_q AND {where}
+              AND m.id NOT IN (SELECT id FROM kw_found UNION ALL SELECT id FROM kw_rarest)
+            LIMIT :k)
+        , kw AS (
+            SELECT s.id, s.rank, row_number() OVER (ORDER BY s.rank DESC, s.id) AS pos
+            FROM (SELECT c.id, (SELECT sum(i.w) FROM idf i WHERE c.tsv @@ i.ex) AS rank
+                  FROM (SELECT id, tsv FROM kw_found
+                        UNION ALL SELECT id, tsv FROM kw_rarest
+                        UNION ALL SELECT id, tsv FROM kw_fill) c) s
+            ORDER BY s.rank DESC, s.id LIMIT :k)
+    """
