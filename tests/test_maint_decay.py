@@ -23,7 +23,8 @@ from maint_helpers import (
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import restore, run_job
+from memoryd.memory.maintenance import base
+from memoryd.memory.maintenance.base import NIL_UUID, restore, run_job
 from memoryd.memory.store import MemoryStore
 
 IDLE = days_ago(10)
@@ -135,6 +136,56 @@ def test_crashed_pass_resumes_from_its_checkpoint(store: MemoryStore) -> None:
     rerun = run(store, "consolidate", params={"batch_size": 4})
     assert (rerun.stats["decay"], rerun.stats["decayed"]) == ("resumed", 6)
     assert sorted(_confidences(store).values()) == pytest.approx([0.95] * 10)
+
+
+def _pages(store: MemoryStore) -> dict[uuid.UUID, int]:
+    with store.session() as session:
+        rows = session.execute(text(
+            "SELECT id, (ctid::text::point)[0] AS page FROM memories")).all()
+    return {r.id: int(r.page) for r in rows}
+
+
+def test_pass_walks_the_heap_in_windows_once_per_row(store: MemoryStore,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Windows of a few pages (a real store has thousands), three rows a page.
+    monkeypatch.setattr(base, "HEAP_WINDOW_MIN_PAGES", 1)
+    bulk_insert(store, "a", 60, importance=0.0, age_days=20)
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE memories"))
+    before = _pages(store)
+    last_page = max(before.values())
+    recalled = next(i for i, page in before.items() if page == last_page)
+    positions, runs = set(), 0
+    while True:
+        record = run(store, "consolidate", params={"batch_size": 4, "merge": False},
+                     time_budget_s=1e-6)
+        runs += 1
+        positions.add(record.stats["checkpoint"]["decay"]["after_tid"])
+        if runs == 2:  # an agent recalls a row the pass has not reached yet
+            update(store, [recalled], last_accessed_at=days_ago(0))
+        if record.complete:
+            break
+    assert runs > 10 and len(positions) > 5
+    conf = _confidences(store)
+    assert conf.pop(recalled) == 1.0  # touched since the pass started: the next pass's
+    assert sorted(conf.values()) == pytest.approx([0.95] * 59)
+    # Some decayed rows found no room on their page and moved past the end of the
+    # table, ahead of the walk: they were not decayed a second time.
+    after = _pages(store)
+    assert any(after[i] > last_page for i in conf)
+    assert run(store, "consolidate", params={"merge": False}).stats["decay"] == "skipped"
+
+
+def test_a_pass_of_the_older_checkpoint_format_is_started_afresh(store: MemoryStore) -> None:
+    bulk_insert(store, "a", 5, importance=0.0, age_days=20)
+    with store.session() as session:
+        session.execute(text("""
+            INSERT INTO maintenance_runs (job, status, stats) VALUES ('consolidate', 'ok',
+                jsonb_build_object('checkpoint', jsonb_build_object('decay', jsonb_build_object(
+                    'started', now(), 'after', CAST(:nil AS text), 'done', false, 'page', 0,
+                    'window', 1024, 'horizon', '1'))))"""), {"nil": NIL_UUID})
+    record = run(store, "consolidate", params={"merge": False})
+    assert (record.stats["decay"], record.stats["decayed"]) == ("started", 5)
 
 
 def test_bad_params_are_rejected(store: MemoryStore) -> None:

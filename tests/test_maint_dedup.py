@@ -6,9 +6,23 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from maint_helpers import add, count, days_ago, evicted, links, memory, run, snapshot, update
+from maint_helpers import (
+    add,
+    bulk_insert,
+    count,
+    days_ago,
+    evicted,
+    links,
+    memory,
+    run,
+    scalar,
+    snapshot,
+    update,
+)
+from sqlalchemy import text
 
-from memoryd.memory.maintenance.base import restore
+from memoryd.memory.maintenance import dedup
+from memoryd.memory.maintenance.base import JobContext, restore
 from memoryd.memory.store import MemoryStore
 
 
@@ -95,3 +109,56 @@ def test_restore_and_store_again(store: MemoryStore) -> None:
     run(store, "deduplicate")
     assert store.store("a", "Hello, World!").stored
     assert memory(store, newest) is not None
+
+
+def test_stored_hash_is_the_normalized_content(store: MemoryStore) -> None:
+    ids = _group(store, "a", [*VARIANTS, "hello worlds", "?!", "- -"])
+    hashes = [memory(store, i).content_norm_hash for i in ids]
+    assert len(set(hashes[:3])) == 1 and hashes[0] is not None
+    assert hashes[3] not in (None, hashes[0])
+    assert hashes[4:] == [None, None]  # normalized to nothing: never a duplicate
+    assert scalar(store, f"""
+        SELECT count(*) FROM memories m WHERE m.content_norm_hash IS DISTINCT FROM
+            CAST(md5(nullif({dedup.normalized("m")}, '')) AS uuid)""") == 0
+
+
+def test_empty_normalized_contents_are_never_merged(store: MemoryStore) -> None:
+    _group(store, "a", ["?!", "...", "- -"])
+    assert run(store, "deduplicate").stats["merged"] == 0
+    assert count(store) == 3
+
+
+def test_archived_memories_are_neither_merged_nor_survivors(store: MemoryStore) -> None:
+    oldest, middle, newest = _group(store, "a", VARIANTS)
+    lone, archived = _group(store, "a", ["Tea at five.", "tea at five"])
+    update(store, [newest, archived], archived_at=days_ago(0))
+    record = run(store, "deduplicate")
+    assert evicted(store) == {oldest: ("duplicate", record.run_id)}
+    assert (middle, oldest, "derived_from") in links(store)
+    assert set(snapshot(store)) == {middle, newest, lone, archived}
+
+
+def test_a_group_larger_than_a_batch_is_merged_in_batches(store: MemoryStore) -> None:
+    big = _group(store, "a", [*VARIANTS, "hello  world!", "HELLO WORLD"])
+    small = _group(store, "b", VARIANTS[:2])
+    record = run(store, "deduplicate", params={"batch_size": 2})
+    assert record.complete and record.stats["merged"] == 5
+    assert set(snapshot(store)) == {big[-1], small[-1]}
+    assert memory(store, big[-1]).access_count == 0
+    assert {(big[-1], loser, "derived_from") for loser in big[:-1]} <= links(store)
+
+
+def test_groups_are_found_from_the_hash_index(store: MemoryStore) -> None:
+    for agent in ("a", "b", "c"):
+        bulk_insert(store, agent, 1000)
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM (ANALYZE) memories"))
+    ctx = JobContext(store=store, run_id=None, agent_id=None, dry_run=False,
+                     batch_size=5000, deadline=0.0, now=days_ago(0))
+    pick = dedup._PICK.format(groups=dedup._groups_sql(ctx)).rstrip().rstrip(",")
+    with store.session() as session:
+        plan = "\n".join(session.execute(text(f"EXPLAIN WITH {pick} SELECT * FROM picked"), {
+            "lo_agent": "", "lo_hash": dedup.NIL_UUID, "batch": 5000,
+            "groups": 2500}).scalars())
+    assert "Index Only Scan using ix_memories_agent_norm_hash" in plan, plan
+    assert "Seq Scan" not in plan, plan

@@ -18,7 +18,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0003"
+HEAD = "0004"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories"}
 
@@ -97,19 +97,20 @@ def test_upgrade_from_empty_creates_the_schema(fresh_db: Any) -> None:
     assert "(agent_id, content_hash)" in indexes["uq_memories_agent_hash"]
     assert indexes["uq_memories_agent_key"].startswith("CREATE UNIQUE INDEX")
     assert "(agent_id, key) WHERE (key IS NOT NULL)" in indexes["uq_memories_agent_key"]
+    assert "(agent_id, content_norm_hash)" in indexes["ix_memories_agent_norm_hash"]
     for index in ("ix_memories_agent_created", "ix_memories_agent_accessed",
                   "ix_memories_expires", "memories_pkey", "sessions_pkey",
                   "kg_entities_pkey", "kg_relations_pkey", "memory_links_pkey"):
         assert index in indexes
 
     with engine.connect() as conn:
-        generated = conn.execute(text("""
-            SELECT is_generated FROM information_schema.columns
-            WHERE table_name = 'memories' AND column_name = 'tsv'""")).scalar_one()
+        generated = dict(conn.execute(text("""
+            SELECT column_name, is_generated FROM information_schema.columns
+            WHERE table_name = 'memories' AND is_generated = 'ALWAYS'""")).all())
         dimension = conn.execute(text("""
             SELECT atttypmod FROM pg_attribute
             WHERE attrelid = 'memories'::regclass AND attname = 'embedding'""")).scalar_one()
-    assert generated == "ALWAYS"
+    assert set(generated) == {"tsv", "content_norm_hash"}
     assert dimension == 384
 
 
@@ -227,3 +228,99 @@ def test_access_tracking_index_is_summarizing(fresh_db: Any) -> None:
     # updated_at keeps its btree: consolidate's merge sweep walks it in order, and no
     # maintenance update sets it unless content changes.
     assert methods == {"ix_memories_updated": "btree", "ix_memories_agent_accessed": "brin"}
+
+
+# Content whose normalized form (lowercased, punctuation and space runs made one space,
+# trimmed) is the same, per group; "?!" and " " normalize to nothing.
+_NORMALIZED_GROUPS = [["Hello, World!", "hello world", "  HELLO   world. ", "hello-world"],
+                      ["Ship on Fridays", "SHIP ON FRIDAYS.", "ship, on fridays"],
+                      ["hello worlds"]]
+
+
+def _insert(engine: Engine, contents: list[str]) -> None:
+    with engine.begin() as conn:
+        for content in contents:
+            conn.execute(text("""
+                INSERT INTO memories (agent_id, content, content_hash, category, importance,
+                                      embedding)
+                VALUES ('a', :c, md5(:c), 'fact', 0.5,
+                        CAST(array_fill(0.1, ARRAY[384]) AS vector))"""), {"c": content})
+
+
+def _norm_hashes(engine: Engine) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return dict(conn.execute(text(
+            "SELECT content, content_norm_hash FROM memories")).all())
+
+
+def test_upgrade_from_0003_computes_the_normalized_hash_of_existing_rows(
+        fresh_db: Any) -> None:
+    from memoryd.memory.maintenance.dedup import normalized
+
+    _, engine = fresh_db()
+    migrations.upgrade(engine, "0003")
+    _insert(engine, [c for group in _NORMALIZED_GROUPS for c in group] + ["?!", " "])
+
+    migrations.upgrade(engine)
+
+    hashes = _norm_hashes(engine)
+    assert hashes["?!"] is None and hashes[" "] is None
+    per_group = [{hashes[c] for c in group} for group in _NORMALIZED_GROUPS]
+    assert all(len(group) == 1 and None not in group for group in per_group)
+    assert len(set.union(*per_group)) == len(_NORMALIZED_GROUPS)
+    # It is the md5 of exactly what deduplicate compares.
+    with engine.connect() as conn:
+        mismatched = conn.execute(text(f"""
+            SELECT count(*) FROM memories m
+            WHERE m.content_norm_hash IS DISTINCT FROM
+                  CAST(md5(nullif({normalized("m")}, '')) AS uuid)""")).scalar_one()
+    assert mismatched == 0
+
+
+def test_normalized_hash_follows_content_edits_only(fresh_db: Any) -> None:
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    _insert(engine, ["Hello, World!"])
+    before = _norm_hashes(engine)["Hello, World!"]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET confidence = 0.5, access_count = 3"))
+    assert _norm_hashes(engine) == {"Hello, World!": before}
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET content = 'hello world'"))
+    assert _norm_hashes(engine) == {"hello world": before}
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE memories SET content = 'Goodbye.'"))
+    assert _norm_hashes(engine)["Goodbye."] not in (None, before)
+
+
+def test_downgrade_to_0003_drops_the_normalized_hash(fresh_db: Any) -> None:
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    _insert(engine, ["Hello, World!"])
+    migrations.downgrade(engine, "0003")
+    assert "content_norm_hash" not in _columns(engine)["memories"]
+    assert "ix_memories_agent_norm_hash" not in _indexes(engine)
+    migrations.upgrade(engine)
+    assert _norm_hashes(engine)["Hello, World!"] is not None
+
+
+def test_evicted_memories_keep_their_embedding_inline(fresh_db: Any) -> None:
+    # A moved memory is just over the 2 KB TOAST threshold: with the default target its
+    # embedding went to the TOAST table (two heap rows and an index entry per eviction).
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    with engine.begin() as conn:
+        options = conn.execute(text(
+            "SELECT reloptions FROM pg_class WHERE relname = 'evicted_memories'")).scalar_one()
+        conn.execute(text("""
+            INSERT INTO evicted_memories (memory_id, agent_id, reason, data, embedding)
+            SELECT gen_random_uuid(), 'a', 'age',
+                   jsonb_build_object('content', (SELECT string_agg(md5(random()::text), '')
+                                                  FROM generate_series(1, 20) WHERE i > 0)),
+                   CAST(array_fill(0.1, ARRAY[384]) AS vector)
+            FROM generate_series(1, 20) AS i"""))
+        toasted = conn.execute(text("""
+            SELECT pg_relation_size(reltoastrelid) FROM pg_class
+            WHERE relname = 'evicted_memories'""")).scalar_one()
+    assert "toast_tuple_target=4096" in options
+    assert toasted == 0

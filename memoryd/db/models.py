@@ -15,6 +15,7 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Computed,
     DateTime,
     Float,
     Index,
@@ -66,6 +67,12 @@ class MemoryRow(Base):
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
     tsv: Mapped[Any] = mapped_column(TSVECTOR, nullable=True)
+    # md5 of the content as deduplicate compares it (migration 0004); NULL when empty.
+    content_norm_hash: Mapped[uuid.UUID | None] = mapped_column(
+        UUID(as_uuid=True), Computed(
+            "CAST(md5(nullif(btrim(regexp_replace(lower(content), "
+            "'[[:punct:][:space:]]+', ' ', 'g')), '')) AS uuid)", persisted=True),
+        nullable=True)
 
     __table_args__ = (
         Index("uq_memories_agent_hash", "agent_id", "content_hash", unique=True),
@@ -76,6 +83,7 @@ class MemoryRow(Base):
         Index("ix_memories_agent_accessed", "agent_id", "last_accessed_at",
               postgresql_using="brin"),
         Index("ix_memories_updated", "updated_at"),
+        Index("ix_memories_agent_norm_hash", "agent_id", "content_norm_hash"),
         Index("ix_memories_expires", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL")),
     )

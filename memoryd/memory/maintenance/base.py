@@ -206,16 +206,32 @@ def last_run_started(session: Session, job_name: str, agent_id: str | None) -> d
     return value if isinstance(value, datetime) or value is None else None
 
 
+def commit_without_waiting(session: Session) -> None:
+    """Let the caller's transaction commit without waiting for its WAL to reach disk
+    (``synchronous_commit = off`` for this transaction only).
+
+    For batches that write their checkpoint in the same transaction: a crash can lose
+    the last few of them (under a second's worth), but each batch and its checkpoint
+    commit or vanish together, so the job resumes exactly where the surviving checkpoint
+    says. Waiting for a disk flush at each of dozens of commits was a large part of a
+    pass whose batches each write megabytes of WAL (first changes after a checkpoint log
+    whole pages)."""
+    session.execute(text("SET LOCAL synchronous_commit = off"))
+
+
 # --- moving memories out, and back --------------------------------------------------
 
 # A moved row as ``evicted_memories.data``: every column but the embedding (kept in its
-# own column) and the generated tsv. Both are nulled before the conversion: formatting
-# 384 floats as JSON text only to drop them was most of the cost of moving a row.
-_DATA = ("to_jsonb(jsonb_populate_record(gone.r, '{\"embedding\": null, \"tsv\": null}'))"
-         " - ARRAY['embedding', 'tsv']")
+# own column) and the generated tsv and content_norm_hash (restore regenerates them).
+# They are nulled before the conversion: formatting 384 floats as JSON text only to
+# drop them was most of the cost of moving a row.
+_DATA = ("to_jsonb(jsonb_populate_record(gone.r, "
+         "'{\"embedding\": null, \"tsv\": null, \"content_norm_hash\": null}'))"
+         " - ARRAY['embedding', 'tsv', 'content_norm_hash']")
+# (Links by = ANY: a join with the CTE would be planned as a scan of memory_links.)
 _MOVE = f"""unlinked AS (
-    DELETE FROM memory_links l USING gone
-    WHERE l.source_id = gone.id AND l.kind <> 'derived_from'
+    DELETE FROM memory_links l
+    WHERE l.source_id = ANY(ARRAY(SELECT gone.id FROM gone)) AND l.kind <> 'derived_from'
 ), moved AS (
     INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
     SELECT gone.id, gone.agent_id, :reason, :run_id, {_DATA}, gone.embedding
@@ -223,6 +239,9 @@ _MOVE = f"""unlinked AS (
     RETURNING 1
 )"""
 _GONE = "RETURNING m.id, m.agent_id, m.embedding, m AS r"
+# The tail of a statement whose CTE ``gone`` (id, agent_id, embedding, r) returns deleted
+# memories: unlinks and moves them; ``moved`` counts them (binds :reason and :run_id).
+MOVE_GONE = _MOVE
 
 _EVICT = text(f"""
 WITH gone AS (
@@ -286,15 +305,16 @@ WINDOW_BATCHES = 4
 HEAP_WINDOW_MIN_PAGES = 1024
 
 
-def heap_window(ctx: JobContext) -> tuple[int, int]:
-    """(pages of memories now, pages per window of a heap walk; see evict_by_heap_walk)."""
+def heap_window(ctx: JobContext, batches: int = WINDOW_BATCHES) -> tuple[int, int]:
+    """(pages of memories now, pages per window of a heap walk, holding about ``batches``
+    batches of rows; see evict_by_heap_walk)."""
     with ctx.store.session() as session:
         pages, per_page = session.execute(text("""
             SELECT pg_relation_size('memories') / current_setting('block_size')::int,
                    CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages END
             FROM pg_class WHERE oid = 'memories'::regclass""")).one()
     return int(pages), max(HEAP_WINDOW_MIN_PAGES,
-                           math.ceil(WINDOW_BATCHES * ctx.batch_size / float(per_page or 4)))
+                           math.ceil(batches * ctx.batch_size / float(per_page or 4)))
 
 
 def evict_by_heap_walk(ctx: JobContext, steps: Sequence[tuple[str, str]],

@@ -6,10 +6,12 @@ creation) loses confidence: ``max(floor, confidence * (1 - decay_rate * (1 - imp
 Importance 1.0 memories, decisions and pinned memories never decay.
 
 The idempotence rule: decay is applied in *passes*, and a pass decays each eligible
-memory exactly once. A pass is one keyset sweep over memory ids; its position is
-checkpointed in the run's audit row in the same transaction as each decayed batch,
-so a follow-up run after a time-out, a failure or a crash resumes the pass without
-decaying any memory twice. A new pass starts only when the previous one (in the same
+memory exactly once. A pass is one sweep of the table in physical order (a TID keyset;
+one agent's pass: an id keyset through its index) that leaves alone every row version
+written since the pass began (its ``horizon``), the ones it wrote itself included; its
+position is checkpointed in the run's audit row in the same transaction as each
+decayed batch, so a follow-up run after a time-out, a failure or a crash resumes the
+pass without decaying any memory twice. A new pass starts only when the previous one (in the same
 scope: fleet-wide, or one agent) is finished and started ``decay_interval_hours`` or
 more ago, measured on the run clock ``ctx.now``. The default, 5 hours, is below the
 6-hourly schedule, so every scheduled run decays once, while a second run in a row
@@ -39,6 +41,7 @@ from memoryd.memory.maintenance.base import (
     NIL_UUID,
     JobContext,
     JobOutcome,
+    commit_without_waiting,
     heap_window,
     job,
 )
@@ -51,6 +54,8 @@ from memoryd.memory.maintenance.dedup import (
 )
 from memoryd.memory.maintenance.eviction import check_batch_size, number, protected
 
+# A fleet-wide decay statement reads at most about this many batches' worth of rows.
+DECAY_WINDOW_BATCHES = 4
 NEIGHBOURS = 5  # compared per memory; a near-duplicate is among the very nearest
 # A new merge sweep starts this long before the previous one did: a row written by a
 # transaction that began before that sweep but committed after the sweep passed its
@@ -101,8 +106,8 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
 def _decay_pass(ctx: JobContext, previous: object,
                 interval: timedelta) -> tuple[dict[str, Any] | None, str]:
     """The pass this run works on, and what it does: resumed, started, or skipped."""
-    previous = valid_state(previous, ("started", "after", "done", "page", "window",
-                                      "horizon"))
+    # A checkpoint without these keys (an older format) starts a new pass.
+    previous = valid_state(previous, ("started", "done", "horizon", "after_id", "after_tid"))
     if previous is not None and not previous["done"]:
         return previous, "resumed"
     if previous is not None and \
@@ -111,8 +116,8 @@ def _decay_pass(ctx: JobContext, previous: object,
     with ctx.store.session() as session:
         horizon = session.execute(text(
             "SELECT CAST(txid_current() % 4294967296 AS text)")).scalar_one()
-    return {"started": ctx.now.isoformat(), "after": NIL_UUID, "done": False, "page": 0,
-            "window": 0, "horizon": str(horizon)}, "started"
+    return {"started": ctx.now.isoformat(), "done": False, "horizon": str(horizon),
+            "after_id": NIL_UUID, "after_tid": FIRST_TID}, "started"
 
 
 def _eligible(ctx: JobContext) -> str:
@@ -121,43 +126,67 @@ def _eligible(ctx: JobContext) -> str:
         AND coalesce(m.last_accessed_at, m.created_at) < :idle_before"""
 
 
-# Fleet-wide, the pass walks the table in windows of pages (see base.evict_by_heap_walk
-# for why), in id order within a window. A row version written since the pass started
-# is not decayed by it: that covers the rows the pass decayed itself (an update the
-# page had no room for moves the row, possibly into a window still ahead) and rows an
-# agent recalled or edited meanwhile (decayed by the next pass, if still idle).
-# age() of a frozen row's xmin is the maximum, so frozen rows count as old.
+# Fleet-wide, the pass walks the table in physical order (see _fleet_decay_sql). A row
+# version written since the pass started is not decayed by it: that covers the rows
+# the pass decayed itself (an update the page had no room for moves the row, possibly
+# ahead of the walk) and rows an agent recalled or edited meanwhile (decayed by the
+# next pass, if still idle). age() of a frozen row's xmin is the maximum, so frozen
+# rows count as old.
 _UNTOUCHED = "age(m.xmin) > age(CAST(:horizon AS xid))"
+_SET = "confidence = greatest(:floor, m.confidence * (1 - :rate * (1 - m.importance)))"
+_COUNTS = """SELECT (SELECT count(*) FROM batch) AS seen,
+       (SELECT count(*) FROM decayed) AS decayed,
+       (SELECT CAST(b.key AS text) FROM batch b ORDER BY b.key DESC LIMIT 1) AS last"""
 
 
-def _batch_sql(ctx: JobContext) -> str:
-    if ctx.agent_id:  # one agent's rows, through its index; a keyset on id
-        return f"""SELECT m.id FROM memories m
-            WHERE m.id > CAST(:after AS uuid) AND {_eligible(ctx)}
-            ORDER BY m.id LIMIT :batch"""
-    return f"""SELECT w.id FROM (
-            SELECT m.id FROM memories m
-            WHERE m.ctid >= CAST(:lo AS tid) AND m.ctid < CAST(:hi AS tid)
-              AND m.id > CAST(:after AS uuid) AND {_eligible(ctx)} AND {_UNTOUCHED}
-            OFFSET 0  -- planned apart from the ORDER BY: a TID range scan, not the pkey
-        ) w ORDER BY w.id LIMIT :batch"""
-
-
-def _decay_sql(ctx: JobContext) -> str:
-    # The UPDATE repeats the conditions: a row recalled since the batch was read is
-    # re-checked on its newest version and left alone.
-    guard = "TRUE" if ctx.agent_id else _UNTOUCHED
+def _agent_decay_sql(ctx: JobContext) -> str:
+    """One agent's rows, through its index; a keyset on id. The UPDATE repeats the
+    conditions: a row recalled since the batch was read is re-checked on its newest
+    version and left alone."""
     return f"""
         WITH batch AS (
-            {_batch_sql(ctx)}
+            SELECT m.id AS key FROM memories m
+            WHERE m.id > CAST(:after AS uuid) AND {_eligible(ctx)}
+            ORDER BY m.id LIMIT :batch
         ), decayed AS (
-            UPDATE memories m
-            SET confidence = greatest(:floor, m.confidence * (1 - :rate * (1 - m.importance)))
-            FROM batch WHERE m.id = batch.id AND {_eligible(ctx)} AND {guard}
-            RETURNING m.id
+            UPDATE memories m SET {_SET}
+            FROM batch WHERE m.id = batch.key AND {_eligible(ctx)}
+            RETURNING 1
         )
-        SELECT (SELECT count(*) FROM batch) AS seen, (SELECT count(*) FROM decayed) AS decayed,
-               (SELECT b.id FROM batch b ORDER BY b.id DESC LIMIT 1) AS last"""
+        {_COUNTS}"""
+
+
+def _fleet_decay_sql(ctx: JobContext) -> str:
+    """The next batch of a fleet-wide pass: the first ``:batch`` eligible rows after the
+    ``:after`` TID in a window of pages ending at ``:hi`` (a TID range scan, the bare
+    UPDATE's sequential read done piecewise), updated by TID without an index lookup.
+
+    Walking the primary key instead reads the pages at random (several times slower on
+    a cold table); the first ``:batch`` matching rows without a keyset re-read every
+    row kept on each batch. A row the update moves (no room on its page) or an agent
+    touches meanwhile is not untouched any more: a TID whose row was updated between
+    the two reads no longer matches, and is left for the next pass."""
+    return f"""
+        WITH batch AS (
+            SELECT m.ctid AS key FROM memories m
+            WHERE m.ctid > CAST(:after AS tid) AND m.ctid < CAST(:hi AS tid)
+              AND {_eligible(ctx)} AND {_UNTOUCHED}
+            ORDER BY m.ctid LIMIT :batch
+        ), decayed AS (
+            UPDATE memories m SET {_SET}
+            WHERE m.ctid = ANY(ARRAY(SELECT b.key FROM batch b))
+              AND {_eligible(ctx)} AND {_UNTOUCHED}
+            RETURNING 1
+        )
+        {_COUNTS}"""
+
+
+FIRST_TID = "(0,0)"  # before every row (line pointers start at 1)
+
+
+def _page(tid: str) -> int:
+    """The page of a TID in its text form '(page,offset)'."""
+    return int(tid.strip("()").split(",")[0])
 
 
 def _decay(ctx: JobContext, checkpoint: dict[str, Any], opts: _Options) -> tuple[int, bool]:
@@ -171,25 +200,28 @@ def _decay(ctx: JobContext, checkpoint: dict[str, Any], opts: _Options) -> tuple
         with ctx.store.session() as session:
             return int(session.execute(text(
                 f"SELECT count(*) FROM memories m WHERE {rest} AND {_eligible(ctx)}"),
-                {**params, "after": state["after"]}).scalar_one()), True
-    pages, window = (0, 0) if ctx.agent_id else heap_window(ctx)
-    # A resumed pass keeps its window, so the keyset within it stays valid.
-    window = int(state["window"]) or window
-    state["window"] = window
+                {**params, "after": state["after_id"]}).scalar_one()), True
+    if ctx.agent_id:
+        statement, cursor = text(_agent_decay_sql(ctx)), "after_id"
+        pages = window = 0
+    else:
+        statement, cursor = text(_fleet_decay_sql(ctx)), "after_tid"
+        pages, window = heap_window(ctx, DECAY_WINDOW_BATCHES)
     total = 0
     while True:
         with ctx.store.session() as session:
-            page = int(state["page"])
-            row = session.execute(text(_decay_sql(ctx)), {
-                **params, "after": state["after"],
-                "lo": f"({page},0)", "hi": f"({page + window},0)"}).one()
+            commit_without_waiting(session)
+            after = str(state[cursor])
+            hi = _page(after) + window if window else 0
+            row = session.execute(statement, {**params, "after": after,
+                                              "hi": f"({hi},0)"}).one()
             total += int(row.decayed)
             if int(row.seen) >= ctx.batch_size:
-                state["after"] = str(row.last)  # the window may hold more
-            elif ctx.agent_id or page + window >= pages:
+                state[cursor] = str(row.last)  # the window may hold more
+            elif ctx.agent_id or hi >= pages:
                 state["done"] = True
             else:
-                state["page"], state["after"] = page + window, NIL_UUID
+                state[cursor] = f"({hi},0)"
             save_checkpoint(session, ctx, checkpoint)  # commits with the batch it describes
         if state["done"]:
             return total, True

@@ -6,11 +6,17 @@ trimmed) are merged into one survivor: the most recently created, except that a
 decision or pinned memory in the group always survives, and is never merged away
 (two of them in a group both stay). See ``merge_into`` for what a merge keeps.
 
-The sweep walks agents in key order, a range of about ``batch_size`` rows at a time
-(an agent is never split; one agent larger than a batch is one range). Each merge
-batch is one short transaction. The sweep's position is checkpointed in the run's
-audit row, so a follow-up run after a time-out or a crash resumes where it stopped;
-the next run after a finished sweep starts a new one.
+Memories are compared by ``content_norm_hash``, the md5 of the normalized content that
+PostgreSQL stores with each memory (migration 0004; ``normalized`` is the same
+expression). Normalizing every memory on every run was most of the job's cost.
+
+The sweep walks the duplicate groups (agent, hash) in key order, found from the
+(agent_id, content_norm_hash) index alone: a range of consecutive groups holding at
+most ``batch_size`` memories at a time (a group is never split; one larger than a
+batch is a range of its own, merged in several batches). Each merge batch is one
+short transaction. The sweep's position is checkpointed in the run's audit row, so a
+follow-up run after a time-out or a crash resumes where it stopped; the next run
+after a finished sweep starts a new one.
 """
 
 from __future__ import annotations
@@ -24,15 +30,23 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.memory.maintenance.base import NIL_UUID, JobContext, JobOutcome, evict_ids, job
+from memoryd.memory.maintenance.base import (
+    MOVE_GONE,
+    NIL_UUID,
+    JobContext,
+    JobOutcome,
+    commit_without_waiting,
+    job,
+)
 from memoryd.memory.maintenance.eviction import check_batch_size, protected
 
 __all__ = ["NIL_UUID", "Merge", "deduplicate", "load_checkpoint", "merge_into",
-           "normalized", "save_checkpoint", "valid_state"]
+           "merge_planned", "normalized", "save_checkpoint", "valid_state"]
 
 
 def normalized(alias: str) -> str:
-    """SQL for the content as deduplication compares it."""
+    """SQL for the content as deduplication compares it. Migration 0004 stores its md5
+    as ``content_norm_hash`` (NULL when empty); the two must stay the same expression."""
     return (f"btrim(regexp_replace(lower({alias}.content), "
             "'[[:punct:][:space:]]+', ' ', 'g'))")
 
@@ -87,155 +101,205 @@ class Merge:
     score: float = 1.0
 
 
-_PLAN = """FROM unnest(CAST(:losers AS uuid[]), CAST(:survivors AS uuid[]),
-                      CAST(:scores AS float8[])) AS p(loser, survivor, score)"""
+# One statement merges a whole plan: the pairs never make a round trip through Python,
+# and each row is looked up once per step instead of once per statement.
+#   v: the pairs that still hold, locked. The plan was read without locks: meanwhile an
+#      agent may have pinned, edited or forgotten one side. FOR UPDATE re-checks the
+#      conditions on the newest row versions; rows are locked in loser order.
+#   gone: the losers, deleted; their newest versions feed everything after.
+#   fold: survivors take the union of tags, the summed access counts and the highest
+#      importance, confidence and last access of what they absorb. A survivor the fold
+#      would not change is not rewritten. updated_at stays: it marks content changes
+#      (what consolidate re-compares), and leaving every indexed column alone keeps the
+#      update HOT (no HNSW re-insert).
+#   linked: survivor -> loser ('derived_from'); the loser's own other links go.
+# (%-formatted: the SQL holds braces.)
+_MERGE = """
+WITH %(prelude)s p AS MATERIALIZED (%(plan)s),
+v AS MATERIALIZED (
+    SELECT p.loser, p.survivor, p.score, s.importance AS s_importance,
+           s.confidence AS s_confidence, s.last_accessed_at AS s_last_accessed_at,
+           s.tags AS s_tags
+    FROM p JOIN memories l ON l.id = p.loser JOIN memories s ON s.id = p.survivor
+    WHERE l.agent_id = s.agent_id AND NOT %(protected)s
+      AND l.archived_at IS NULL AND s.archived_at IS NULL AND (%(still_valid)s)
+    ORDER BY p.loser
+    FOR UPDATE OF l, s
+), gone AS (
+    DELETE FROM memories m USING v WHERE m.id = v.loser
+    RETURNING m.id, m.agent_id, m.embedding, m AS r, v.*
+), tags AS (
+    SELECT g.survivor, array_agg(DISTINCT t.tag ORDER BY t.tag) AS tags
+    FROM gone g, unnest((g.r).tags) AS t(tag) GROUP BY g.survivor
+), sums AS (
+    SELECT g.survivor, sum((g.r).access_count) AS access_count,
+           max((g.r).importance) AS importance, max((g.r).confidence) AS confidence,
+           max((g.r).last_accessed_at) AS last_accessed_at,
+           coalesce(min(t.tags), '{}') AS tags,
+           -- the survivor as locked (the same for all its rows)
+           min(g.s_importance) AS s_importance, min(g.s_confidence) AS s_confidence,
+           min(g.s_last_accessed_at) AS s_last_accessed_at, min(g.s_tags) AS s_tags
+    FROM gone g LEFT JOIN tags t ON t.survivor = g.survivor
+    GROUP BY g.survivor
+), fold AS (
+    UPDATE memories s SET
+        access_count = s.access_count + a.access_count,
+        importance = greatest(s.importance, a.importance),
+        confidence = greatest(s.confidence, a.confidence),
+        last_accessed_at = greatest(s.last_accessed_at, a.last_accessed_at),
+        tags = s.tags || ARRAY(SELECT x FROM unnest(a.tags) AS x WHERE x <> ALL(s.tags))
+    FROM sums a
+    WHERE s.id = a.survivor  -- only survivors it changes, known before looking them up
+      AND (a.access_count <> 0 OR a.importance > a.s_importance
+           OR a.confidence > a.s_confidence
+           OR a.last_accessed_at > coalesce(a.s_last_accessed_at, '-infinity')
+           OR NOT a.tags <@ a.s_tags)
+), linked AS (
+    INSERT INTO memory_links (agent_id, source_id, target_id, kind, score)
+    SELECT g.agent_id, g.survivor, g.loser, 'derived_from', g.score FROM gone g
+    ON CONFLICT DO NOTHING
+), %(move)s
+SELECT (SELECT count(*) FROM p) AS planned, (SELECT count(*) FROM moved) AS merged %(report)s"""
 
-# Survivors take the union of tags, the summed access counts and the highest
-# importance, confidence and last access of what they absorb.
-_FOLD = text(f"""
-WITH p AS (SELECT p.* {_PLAN}),
-sums AS (
-    SELECT p.survivor, sum(l.access_count) AS access_count, max(l.importance) AS importance,
-           max(l.confidence) AS confidence, max(l.last_accessed_at) AS last_accessed_at
-    FROM p JOIN memories l ON l.id = p.loser GROUP BY p.survivor),
-tags AS (
-    SELECT p.survivor, array_agg(DISTINCT t.tag ORDER BY t.tag) AS tags
-    FROM p JOIN memories l ON l.id = p.loser, unnest(l.tags) AS t(tag) GROUP BY p.survivor)
-UPDATE memories s SET
-    access_count = s.access_count + a.access_count,
-    importance = greatest(s.importance, a.importance),
-    confidence = greatest(s.confidence, a.confidence),
-    last_accessed_at = greatest(s.last_accessed_at, a.last_accessed_at),
-    tags = s.tags || ARRAY(SELECT x FROM unnest(coalesce(t.tags, '{{}}')) AS x
-                           WHERE x <> ALL(s.tags))
-    -- updated_at stays: it marks content changes (what consolidate re-compares), and
-    -- leaving every indexed column alone keeps this update HOT (no HNSW re-insert).
-FROM sums a LEFT JOIN tags t ON t.survivor = a.survivor
-WHERE s.id = a.survivor
-""")
-_LINK = text(f"""
-INSERT INTO memory_links (agent_id, source_id, target_id, kind, score)
-SELECT s.agent_id, p.survivor, p.loser, 'derived_from', p.score
-{_PLAN} JOIN memories s ON s.id = p.survivor
-ON CONFLICT DO NOTHING
-""")
+_PLAN = """SELECT p.* FROM unnest(CAST(:losers AS uuid[]), CAST(:survivors AS uuid[]),
+                             CAST(:scores AS float8[])) AS p(loser, survivor, score)"""
 
 
-def _plan_params(merges: Sequence[Merge]) -> dict[str, Any]:
-    return {"losers": [m.loser for m in merges], "survivors": [m.survivor for m in merges],
-            "scores": [m.score for m in merges]}
-
-
-def _lock_valid(session: Session, merges: Sequence[Merge], still_valid: str,
-                params: Mapping[str, Any]) -> list[Merge]:
-    """Lock the pairs and keep those that still hold. The plan was read without locks:
-    meanwhile an agent may have pinned, edited or forgotten one side. FOR UPDATE
-    re-checks the conditions on the newest row versions."""
-    rows = session.execute(text(f"""
-        SELECT p.loser {_PLAN}
-        JOIN memories l ON l.id = p.loser JOIN memories s ON s.id = p.survivor
-        WHERE l.agent_id = s.agent_id AND NOT {protected("l")}
-          AND l.archived_at IS NULL AND s.archived_at IS NULL AND {still_valid}
-        ORDER BY p.loser
-        FOR UPDATE OF l, s
-    """), {**_plan_params(merges), **params}).scalars().all()
-    valid = set(rows)
-    return [m for m in merges if m.loser in valid]
+def merge_planned(session: Session, ctx: JobContext, plan_sql: str,
+                  params: Mapping[str, Any], reason: str, still_valid: str = "TRUE", *,
+                  prelude: str = "", report: str = "") -> Any:
+    """Merge the pairs ``plan_sql`` selects (columns loser, survivor, score) inside the
+    caller's transaction: fold each loser into its survivor, link survivor -> loser
+    ('derived_from'), and move the loser to ``evicted_memories`` with ``reason``.
+    ``still_valid`` is SQL over the aliases ``l`` (loser) and ``s`` (survivor). Survivors
+    must not be losers too. ``prelude`` (CTEs, each followed by a comma) comes before
+    the plan, and ``report`` adds columns to the result row, which has ``planned`` (pairs)
+    and ``merged`` (memories moved)."""
+    statement = text(_MERGE % {"prelude": prelude, "plan": plan_sql,
+                               "protected": protected("l"), "still_valid": still_valid,
+                               "move": MOVE_GONE, "report": report})
+    return session.execute(statement, {**params, "reason": reason,
+                                       "run_id": ctx.run_id}).one()
 
 
 def merge_into(session: Session, ctx: JobContext, merges: Sequence[Merge], reason: str,
                still_valid: str = "TRUE", params: Mapping[str, Any] | None = None) -> int:
-    """Merge each loser into its survivor inside the caller's transaction: fold its
-    fields into the survivor, link survivor -> loser ('derived_from'), and move the
-    loser to ``evicted_memories`` with ``reason``. ``still_valid`` is SQL over the
-    aliases ``l`` (loser) and ``s`` (survivor). Survivors must not be losers too."""
+    """``merge_planned`` for a list of pairs; returns the memories merged."""
     if not merges:
         return 0
-    merges = _lock_valid(session, merges, still_valid, params or {})
-    if not merges:
-        return 0
-    plan = _plan_params(merges)
-    session.execute(_FOLD, plan)
-    session.execute(_LINK, plan)
-    return evict_ids(session, plan["losers"], reason, ctx.run_id)
+    row = merge_planned(session, ctx, _PLAN, {
+        **(params or {}), "losers": [m.loser for m in merges],
+        "survivors": [m.survivor for m in merges], "scores": [m.score for m in merges],
+    }, reason, still_valid)
+    return int(row.merged)
 
 
 # --- the job ------------------------------------------------------------------------
+# Groups are found from ix_memories_agent_norm_hash alone (an index-only scan of agent and
+# stored hash, migration 0004); only the rows of groups of two or more memories are read
+# from the table. One statement per batch picks the next groups after the sweep's
+# position, ranks their rows and merges the losers; the position is checkpointed in the
+# same transaction.
 
 
-def _duplicates_sql(ctx: JobContext, bounded: bool) -> str:
-    """Losers (with their survivor) among the agents in (:lo, :hi]."""
-    upper = "AND m.agent_id <= :hi" if bounded else ""
+def _groups_sql(ctx: JobContext) -> str:
+    """Keys of the groups of two or more memories after (:lo_agent, :lo_hash), in key
+    order. Archived memories count here (the index does not know them); they are left
+    out when the group's rows are ranked."""
+    return f"""SELECT m.agent_id, m.content_norm_hash AS hash, count(*) AS n
+        FROM memories m
+        WHERE (m.agent_id, m.content_norm_hash) > (:lo_agent, CAST(:lo_hash AS uuid))
+          AND m.content_norm_hash IS NOT NULL AND {ctx.agent_clause()}
+        GROUP BY m.agent_id, m.content_norm_hash HAVING count(*) > 1"""
+
+
+def _losers_sql(groups: str) -> str:
+    """Losers (with their survivor) among the groups in CTE ``groups``."""
     return f"""
-        WITH norm AS (
-            SELECT m.id, m.agent_id, m.created_at, {protected()} AS protected,
-                   {normalized("m")} AS content
-            FROM memories m
-            WHERE m.agent_id > :lo {upper} AND {ctx.agent_clause()}
-              AND m.archived_at IS NULL
-        ), ranked AS (
-            SELECT n.id, n.protected, first_value(n.id) OVER w AS survivor,
+        SELECT r.id AS loser, r.survivor, CAST(1 AS float8) AS score FROM (
+            SELECT m.id, {protected()} AS protected, first_value(m.id) OVER w AS survivor,
                    row_number() OVER w AS rn
-            FROM norm n WHERE n.content <> ''
-            WINDOW w AS (PARTITION BY n.agent_id, md5(n.content)
-                         ORDER BY n.protected DESC, n.created_at DESC, n.id DESC)
-        )
-        SELECT r.id AS loser, r.survivor FROM ranked r
+            FROM {groups} g JOIN memories m
+              ON m.agent_id = g.agent_id AND m.content_norm_hash = g.hash
+            WHERE m.archived_at IS NULL
+            WINDOW w AS (PARTITION BY m.agent_id, m.content_norm_hash
+                         ORDER BY {protected()} DESC, m.created_at DESC, m.id DESC)
+        ) r
         WHERE r.rn > 1 AND NOT r.protected"""
 
 
-def _range_end(ctx: JobContext, lo: str) -> str | None:
-    """The agent holding the ``batch_size``-th row after ``lo``; None when fewer remain."""
+# The batch's groups: the next ones after the sweep's position holding at most :batch
+# memories in all, or the next one alone if it holds more (merged over several batches).
+# Groups hold two or more memories, so at most :groups = :batch / 2 of them fit.
+_PICK = """g AS MATERIALIZED ({groups} ORDER BY m.agent_id, m.content_norm_hash LIMIT :groups),
+picked AS MATERIALIZED (
+    SELECT r.agent_id, r.hash FROM (
+        SELECT g.agent_id, g.hash, sum(g.n) OVER k AS upto, row_number() OVER k AS k
+        FROM g WINDOW k AS (ORDER BY g.agent_id, g.hash)) r
+    WHERE r.upto <= :batch OR r.k = 1),"""
+# Where the batch ends, and whether no group follows it.
+_REPORT = """, NOT EXISTS (SELECT FROM picked) AS empty,
+    (SELECT k.agent_id FROM picked k ORDER BY k.agent_id DESC, k.hash DESC LIMIT 1) AS last_agent,
+    (SELECT CAST(k.hash AS text) FROM picked k
+     ORDER BY k.agent_id DESC, k.hash DESC LIMIT 1) AS last_hash,
+    (SELECT count(*) FROM g) = (SELECT count(*) FROM picked)
+        AND (SELECT count(*) FROM g) < :groups AS at_end"""
+
+# Re-checked on the locked rows: the content of either side may have changed since the
+# plan was read. The hash is a function of the content, so equal hashes mean equal
+# normalized contents (an md5 collision aside).
+_STILL_DUPLICATES = "l.content_norm_hash = s.content_norm_hash"
+
+_NEW_SWEEP = {"after_agent": "", "after_hash": NIL_UUID, "done": False}
+
+
+def _would_merge(ctx: JobContext, sweep: Mapping[str, Any]) -> int:
+    """What the rest of the sweep would merge (a dry run: one read, no batches)."""
     with ctx.store.session() as session:
-        value = session.execute(text(f"""
-            SELECT m.agent_id FROM memories m WHERE m.agent_id > :lo AND {ctx.agent_clause()}
-            ORDER BY m.agent_id OFFSET :skip LIMIT 1
-        """), {"lo": lo, "agent_id": ctx.agent_id, "skip": ctx.batch_size - 1}).scalar()
-    return None if value is None else str(value)
+        return int(session.execute(text(
+            f"WITH g AS ({_groups_sql(ctx)}) SELECT count(*) FROM ({_losers_sql('g')}) d"), {
+            "lo_agent": sweep["after_agent"], "lo_hash": sweep["after_hash"],
+            "agent_id": ctx.agent_id}).scalar_one())
 
 
-def _dedup_range(ctx: JobContext, lo: str, hi: str | None) -> tuple[int, bool]:
-    """Merge the duplicates of one agent range; (merged or would merge, complete)."""
-    sql = _duplicates_sql(ctx, hi is not None)
-    params = {"lo": lo, "hi": hi, "agent_id": ctx.agent_id}
-    if ctx.dry_run:
-        with ctx.store.session() as session:
-            return int(session.execute(text(f"SELECT count(*) FROM ({sql}) d"),
-                                       params).scalar_one()), True
-    total = 0
-    while True:
-        with ctx.store.session() as session:
-            rows = session.execute(text(f"{sql} ORDER BY r.id LIMIT :batch"),
-                                   {**params, "batch": ctx.batch_size}).all()
-            merged = merge_into(session, ctx, [Merge(r.loser, r.survivor) for r in rows],
-                                "duplicate", f"{normalized('l')} = {normalized('s')}")
-        total += merged
-        if len(rows) < ctx.batch_size or merged == 0:
-            return total, True
-        if ctx.out_of_time():
-            return total, False
+def _merge_batch(ctx: JobContext, sweep: dict[str, Any]) -> int:
+    """Merge the next batch of groups and move the sweep on, in one transaction."""
+    with ctx.store.session() as session:
+        commit_without_waiting(session)
+        row = merge_planned(
+            session, ctx, f"{_losers_sql('picked')} ORDER BY r.id LIMIT :batch", {
+                "lo_agent": sweep["after_agent"], "lo_hash": sweep["after_hash"],
+                "agent_id": ctx.agent_id, "batch": ctx.batch_size,
+                "groups": max(1, ctx.batch_size // 2)},
+            "duplicate", _STILL_DUPLICATES,
+            prelude=_PICK.format(groups=_groups_sql(ctx)), report=_REPORT)
+        if row.empty:
+            sweep.update(_NEW_SWEEP, done=True)
+        # A group larger than a batch stays where it is until merged (or it merged nothing).
+        elif int(row.planned) < ctx.batch_size or int(row.merged) == 0:
+            sweep.update(after_agent=str(row.last_agent), after_hash=str(row.last_hash),
+                         done=bool(row.at_end))
+        save_checkpoint(session, ctx, {"sweep": sweep})
+    return int(row.merged)
 
 
 @job("deduplicate", "Merge memories of one agent whose normalized content is identical.")
 def deduplicate(ctx: JobContext) -> JobOutcome:
     check_batch_size(ctx)
     # A dry run starts where a real run would, and reports what that run would merge.
-    previous = valid_state(load_checkpoint(ctx, "deduplicate").get("sweep"), ("after", "done"))
+    previous = valid_state(load_checkpoint(ctx, "deduplicate").get("sweep"),
+                           ("after_agent", "after_hash", "done"))
     resumed = previous is not None and not previous["done"]
     sweep: dict[str, Any] = (previous if previous is not None and resumed
-                             else {"after": "", "done": False})
+                             else dict(_NEW_SWEEP))
+    if ctx.dry_run:
+        merged = _would_merge(ctx, sweep)
+        return JobOutcome({"merged": merged, "resumed": resumed,
+                           "checkpoint": {"sweep": sweep}})
     merged = 0
-    while True:
-        hi = _range_end(ctx, sweep["after"])
-        n, complete = _dedup_range(ctx, sweep["after"], hi)
-        merged += n
-        if not complete:
-            break
-        sweep = {"after": hi or sweep["after"], "done": hi is None}
-        with ctx.store.session() as session:
-            save_checkpoint(session, ctx, {"sweep": sweep})
-        # A dry run has no checkpoint to resume from, so it never stops half-way.
-        if sweep["done"] or (ctx.out_of_time() and not ctx.dry_run):
+    while not sweep["done"]:
+        merged += _merge_batch(ctx, sweep)
+        if ctx.out_of_time():
             break
     stats = {"merged": merged, "resumed": resumed, "checkpoint": {"sweep": sweep}}
     return JobOutcome(stats, complete=bool(sweep["done"]))
