@@ -66,7 +66,7 @@ class Settings(BaseSettings):
         0.15, ge=0, le=1,
         description="Share of the best adjacent session message's score a candidate gains")
     recall_exact_threshold: int = Field(
-        20_000, ge=0, description="Agents with at most this many memories get exact kNN")
+        10_000, ge=0, description="Agents with at most this many memories get exact kNN")
     hnsw_ef_search: int = Field(100, ge=10, le=1000)
 
     # --- LLM and embeddings ---------------------------------------------------
