@@ -403,3 +403,20 @@ def test_mid_sized_agents_take_keywords_from_the_index_with_the_same_scores(
     assert hits[0].content == TARGET
     assert {h.id: round(h.components.keyword, 5) for h in hits} == scanned
     assert sum(1 for v in scanned.values() if v > 0) >= 2
+
+
+def test_access_bump_commits_without_waiting_for_the_flush(store: MemoryStore) -> None:
+    """The access bump switches ``synchronous_commit`` off for its own transaction only."""
+    from memoryd.memory import recall
+
+    _seed(store)
+    ids = [h.id for h in store.recall(AGENT, QUERY, limit=2)]
+    with store.session() as session:
+        assert session.execute(text("SHOW synchronous_commit")).scalar() == "on"
+        recall.touch(session, AGENT, ids)
+        assert session.execute(text("SHOW synchronous_commit")).scalar() == "off"
+    with store.session() as session:
+        assert session.execute(text("SHOW synchronous_commit")).scalar() == "on"
+        counts = session.execute(text(
+            "SELECT access_count FROM memories WHERE id = ANY(:ids)"), {"ids": ids}).scalars()
+        assert sorted(counts) == [2, 2]

@@ -130,27 +130,27 @@ def _small_vector_cte(where: str) -> str:
 
 def vector_settings(session: Session, *, large_agent: bool, ef_search: int,
                     custom_plan: bool = False) -> None:
-    """Transaction-local settings for recall, in one round trip.
+    """Transaction-local settings for the candidate query, in one round trip; none (and
+    no round trip) for small agents.
 
-    - ``synchronous_commit = off``: recall's only write is the access bump; waiting for
-      its WAL flush (milliseconds on an ordinary disk) bought nothing worth the latency.
-      A crash can lose the last fraction of a second of access counts, never a memory.
     - large agents and ``custom_plan``: ``plan_cache_mode = force_custom_plan``. psycopg
-      prepares a statement after five
-      executions, and after five more PostgreSQL may switch a prepared statement to a
-      generic plan, planned without the agent id or the query's terms. For the candidate
-      query that plan is 5-15x slower (measured at a million memories: 90-380 ms instead
-      of 13-40 ms for a 100,000-memory agent); planning it afresh costs about 1 ms. Small
-      agents keep the generic plan: it has their custom plan's shape and saves that 1 ms.
+      prepares a statement after five executions, and after five more PostgreSQL may
+      switch a prepared statement to a generic plan, planned without the agent id or the
+      query's terms. For the candidate query that plan is 5-15x slower (measured at a
+      million memories: 90-380 ms instead of 13-40 ms for a 100,000-memory agent);
+      planning it afresh costs about 1 ms. Small agents keep the generic plan: it has
+      their custom plan's shape and saves that 1 ms.
     - large agents: pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on
       past it if needed) and the iterative scan itself.
     """
-    settings = {"synchronous_commit": "off"}
+    settings = {}
     if large_agent or custom_plan:
         settings["plan_cache_mode"] = "force_custom_plan"
     if large_agent:
         settings["hnsw.ef_search"] = str(min(int(ef_search), 1000))
         settings["hnsw.iterative_scan"] = "relaxed_order"
+    if not settings:
+        return
     calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
     params = {}
     for i, (name, value) in enumerate(settings.items()):
@@ -213,9 +213,17 @@ def session_neighbours(session: Session, agent_id: str,
 
 
 def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
-    """Count an access for each returned memory."""
+    """Count an access for each returned memory.
+
+    The same statement sets ``synchronous_commit = off`` for the rest of the transaction
+    (an uncorrelated subquery, evaluated once): the access bump is recall's only write,
+    and waiting for its WAL flush at commit (milliseconds on an ordinary disk) bought
+    nothing worth the latency. A crash can lose the last fraction of a second of access
+    counts, never a memory. Setting it here rather than up front saves a round trip.
+    """
     if ids:
         session.execute(text("""
             UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
             WHERE agent_id = :agent_id AND id = ANY(:ids)
+              AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
         """), {"agent_id": agent_id, "ids": ids})
