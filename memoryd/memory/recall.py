@@ -86,7 +86,6 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
     """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
     it). For large agents the caller sets ``hnsw.*`` first (``vector_settings``)."""
     words = keywords.query_words(query)
-    # "+ 0" keeps the planner off the HNSW index for small agents (exact kNN instead).
     if not words:
         keyword_cte = keywords.NO_KEYWORDS
     elif large_agent or keyword_index:  # the row scan needs the small vector side's rows
