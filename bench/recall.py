@@ -116,36 +116,45 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
 
 
 def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, Any]:
-    """Where in-process recall spends its time: embed, candidates, session context,
-    rank, touch."""
+    """Where in-process recall spends its time, each part run alone (recall itself runs
+    the keyword query while the query is embedded): embed, size check and settings,
+    keyword query, vector query (merged with the keyword hits), session context, rank,
+    touch, commit."""
+    from memoryd.memory import keywords
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
     from memoryd.memory.store import CANDIDATE_FACTOR
 
-    parts: dict[str, list[float]] = {"embed": [], "size_check": [], "candidates": [],
-                                     "context": [], "rank": [], "touch": [], "commit": []}
-    ef = max(store.settings.hnsw_ef_search, CANDIDATE_FACTOR * 10)
+    names = ("embed", "size_check", "keywords", "candidates", "context", "rank", "touch",
+             "commit")
+    parts: dict[str, list[float]] = {name: [] for name in names}
+    k = CANDIDATE_FACTOR * 10
+    ef = max(store.settings.hnsw_ef_search, k)
     for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
-        t0 = time.perf_counter()
+        marks = [time.perf_counter()]
         vector = to_pgvector(store.embedder.embed([q])[0])
-        t1 = time.perf_counter()
+        marks.append(time.perf_counter())
         with store.session() as session:
-            large = store._sizes.is_large(session, agent)
-            t2 = time.perf_counter()
-            found = rc.candidates(session, agent, vector, q, rc.Filters(),
-                                  CANDIDATE_FACTOR * 10, large_agent=large, ef_search=ef)
-            t3 = time.perf_counter()
+            size = store._sizes.size(session, agent)
+            large, by_index = size > store.settings.recall_exact_threshold, \
+                size > keywords.KEYWORD_SCAN_MAX
+            rc.vector_settings(session, large_agent=large, ef_search=ef, custom_plan=by_index)
+            marks.append(time.perf_counter())
+            hits = rc.keyword_candidates(session, agent, q, rc.Filters(), k,
+                                         keyword_index=by_index)
+            marks.append(time.perf_counter())
+            found = rc.candidates(session, agent, vector, hits, rc.Filters(), k,
+                                  large_agent=large)
+            marks.append(time.perf_counter())
             neighbours = rc.session_neighbours(session, agent, found)
-            t3b = time.perf_counter()
+            marks.append(time.perf_counter())
             ranked = store._rank(found, neighbours, keep=10)
-            t4 = time.perf_counter()
+            marks.append(time.perf_counter())
             rc.touch(session, agent, [h.memory.id for h in ranked])
-            t5 = time.perf_counter()
-        t6 = time.perf_counter()
-        for name, a, b in (("embed", t0, t1), ("size_check", t1, t2), ("candidates", t2, t3),
-                           ("context", t3, t3b), ("rank", t3b, t4), ("touch", t4, t5),
-                           ("commit", t5, t6)):
-            parts[name].append((b - a) * 1000)
+            marks.append(time.perf_counter())
+        marks.append(time.perf_counter())
+        for name, start, end in zip(names, marks[:-1], marks[1:], strict=True):
+            parts[name].append((end - start) * 1000)
     return {name: percentiles(v) for name, v in parts.items()}
 
 
@@ -168,20 +177,30 @@ def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],
 
 
 def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of the candidate query: the plan text and the indexes it used."""
+    """EXPLAIN ANALYZE of recall's two queries: the plan texts and the indexes used."""
+    from memoryd.memory import keywords
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
     from memoryd.memory.store import CANDIDATE_FACTOR
 
     vector = to_pgvector(store.embedder.embed([query])[0])
+    k = CANDIDATE_FACTOR * 10
     with store.session() as session:
-        large = store._sizes.is_large(session, agent)
-        rc.vector_settings(session, large_agent=large,
-                           ef_search=max(store.settings.hnsw_ef_search, CANDIDATE_FACTOR * 10))
-        sql, params = rc.candidate_sql(agent, vector, query, rc.Filters(),
-                                       CANDIDATE_FACTOR * 10, large_agent=large)
-        lines = [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql),
-                                               params).all()]
+        size = store._sizes.size(session, agent)
+        large = size > store.settings.recall_exact_threshold
+        by_index = size > keywords.KEYWORD_SCAN_MAX
+        rc.vector_settings(session, large_agent=large, custom_plan=by_index,
+                           ef_search=max(store.settings.hnsw_ef_search, k))
+        built = rc.keyword_sql(agent, query, rc.Filters(), k, keyword_index=by_index)
+        lines = []
+        if built is not None:
+            lines = [r[0] for r in session.execute(
+                text("EXPLAIN (ANALYZE, BUFFERS) " + built[0]), built[1]).all()]
+        hits = rc.keyword_candidates(session, agent, query, rc.Filters(), k,
+                                     keyword_index=by_index)
+        sql, params = rc.candidate_sql(agent, vector, hits, rc.Filters(), k, large_agent=large)
+        lines += [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql),
+                                                params).all()]
         session.rollback()
     used = sorted({word.strip('",') for line in lines for word in line.split()
                    if word.startswith(("ix_", "uq_", "memories_pkey"))})

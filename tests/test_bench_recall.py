@@ -122,11 +122,12 @@ def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> No
     def keyword_scores(query: str, k: int) -> list[float]:
         with store.session() as session:
             rc.vector_settings(session, large_agent=True, ef_search=100)
-            sql, params = rc.candidate_sql(agent, vector, query, rc.Filters(), k,
-                                           large_agent=True)
-            rows = session.execute(text(sql), params).mappings().all()
-        return sorted((round(float(r["keyword_raw"]), 6) for r in rows
-                       if r["keyword_rank"] is not None), reverse=True)
+            hits = rc.keyword_candidates(session, agent, query, rc.Filters(), k,
+                                         keyword_index=True)
+            rows = rc.candidates(session, agent, vector, hits, rc.Filters(), k,
+                                 large_agent=True)
+        return sorted((round(r.keyword_raw, 6) for r in rows
+                       if r.keyword_rank is not None), reverse=True)
 
     for query in [*scale.queries(15, seed=3), "Alice", "pottery in Lisbon?"]:
         expected = reference(query)

@@ -18,7 +18,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0004"
+HEAD = "0005"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories"}
 
@@ -324,3 +324,40 @@ def test_evicted_memories_keep_their_embedding_inline(fresh_db: Any) -> None:
             WHERE relname = 'evicted_memories'""")).scalar_one()
     assert "toast_tuple_target=4096" in options
     assert toasted == 0
+
+
+def _storage(engine: Engine) -> dict[str, str]:
+    with engine.begin() as conn:
+        return {r.attname: r.attstorage for r in conn.execute(text("""
+            SELECT attname, attstorage FROM pg_attribute
+            WHERE attrelid = 'memories'::regclass AND attname IN ('embedding', 'tsv')"""))}
+
+
+def test_long_memories_keep_embedding_and_lexemes_in_the_row(fresh_db: Any) -> None:
+    # Recall reads every embedding and tsvector of a small agent: out of line, each cost
+    # a TOAST lookup. A long content is the value that moves out instead.
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("""
+            INSERT INTO memories (agent_id, content, content_hash, category, importance,
+                                  embedding)
+            SELECT 'a', c, md5(c), 'fact', 0.5, CAST(array_fill(0.1, ARRAY[384]) AS vector)
+            FROM (SELECT string_agg(md5(i::text || '-' || j::text), ' ') AS c
+                  FROM generate_series(1, 40) AS i, generate_series(1, 3) AS j
+                  GROUP BY j) s"""))
+        row = conn.execute(text("""
+            SELECT count(*) AS n,
+                   count(pg_column_toast_chunk_id(embedding)) AS embedding_out,
+                   count(pg_column_toast_chunk_id(tsv)) AS tsv_out,
+                   count(pg_column_toast_chunk_id(content)) AS content_out
+            FROM memories""")).one()
+    assert _storage(engine) == {"embedding": "m", "tsv": "m"}
+    assert (row.n, row.embedding_out, row.tsv_out, row.content_out) == (3, 0, 0, 3)
+
+
+def test_downgrade_to_0004_restores_default_storage(fresh_db: Any) -> None:
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    migrations.downgrade(engine, "0004")
+    assert _storage(engine) == {"embedding": "e", "tsv": "x"}

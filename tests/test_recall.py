@@ -420,3 +420,72 @@ def test_access_bump_commits_without_waiting_for_the_flush(store: MemoryStore) -
         counts = session.execute(text(
             "SELECT access_count FROM memories WHERE id = ANY(:ids)"), {"ids": ids}).scalars()
         assert sorted(counts) == [2, 2]
+
+
+class _SlowEmbedder:
+    """The store's embedder, recording when each call starts and ends; ``slow`` texts
+    take an extra ``delay`` seconds and ``fail`` texts raise."""
+
+    def __init__(self, inner: object, slow: str = "", fail: str = "",
+                 delay: float = 0.3) -> None:
+        self.inner, self.slow, self.fail, self.delay = inner, slow, fail, delay
+        self.calls: list[tuple[float, float, str]] = []
+        self.dim = inner.dim  # type: ignore[attr-defined]
+
+    def embed(self, texts: list[str]) -> object:
+        import threading
+        import time
+
+        start = time.monotonic()
+        if texts == [self.fail]:
+            raise RuntimeError("embedding backend is down")
+        if texts == [self.slow]:
+            time.sleep(self.delay)
+        out = self.inner.embed(texts)  # type: ignore[attr-defined]
+        self.calls.append((start, time.monotonic(), threading.current_thread().name))
+        return out
+
+
+def test_keyword_query_runs_while_the_query_is_embedded(store: MemoryStore) -> None:
+    """Recall sends its keyword query before the query's embedding is done: the
+    embedding runs on a helper thread meanwhile."""
+    import time
+
+    from sqlalchemy import event
+
+    _seed(store)
+    slow = _SlowEmbedder(store.embedder, slow=QUERY)
+    other = MemoryStore(engine=store.engine, embedder=slow)  # type: ignore[arg-type]
+    sent: list[tuple[float, str]] = []
+
+    def remember(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append((time.monotonic(), statement))
+
+    event.listen(store.engine, "before_cursor_execute", remember)
+    try:
+        hits = other.recall(AGENT, QUERY, limit=3)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", remember)
+        other.close()  # its helper threads; the engine is shared and reconnects
+    assert hits[0].content == TARGET
+    (started, ended, thread), = slow.calls
+    assert thread.startswith("memoryd-embed")
+    keyword_sent = [t for t, sql in sent if "FROM kw" in sql and "unnest(CAST" not in sql]
+    vector_sent = [t for t, sql in sent if "unnest(CAST" in sql]
+    assert len(keyword_sent) == 1 and len(vector_sent) == 1
+    assert started <= keyword_sent[0] < ended <= vector_sent[0]
+
+
+def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
+        store: MemoryStore) -> None:
+    _seed(store)
+    broken = MemoryStore(engine=store.engine,  # type: ignore[arg-type]
+                         embedder=_SlowEmbedder(store.embedder, fail=QUERY))
+    with pytest.raises(RuntimeError, match="backend is down"):
+        broken.recall(AGENT, QUERY)
+    with store.session() as session:
+        touched = session.execute(text(
+            "SELECT count(*) FROM memories WHERE access_count > 0")).scalar_one()
+    assert touched == 0
+    broken.close()
+    assert broken._helpers is None

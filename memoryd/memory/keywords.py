@@ -5,7 +5,7 @@ A memory's keyword score is the sum of the inverse document frequencies (BM25's
 over the agent's own memories. Two plans, by the agent's size (``KEYWORD_SCAN_MAX``):
 scan the agent's rows (``small_cte``), or search the (agent_id, tsvector) GIN index
 within bounds (``large_cte``). Each returns CTEs ending in ``kw (id, rank, pos)`` for
-``recall.candidate_sql``.
+``recall.keyword_sql``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ _MIN_POOL = 500
 _DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies
 _RARE_IN_SAMPLE = 2
 KEYWORD_SCAN_MAX = 2_000  # above this many memories, the keyword side uses the GIN index
-NO_KEYWORDS = (", kw AS (SELECT NULL::uuid AS id, 0.0::real AS rank, 0::bigint AS pos"
-                " WHERE false)")
 
 
 def query_words(query: str) -> str:
@@ -36,7 +34,7 @@ def _idf(df: str, n: str) -> str:
     return f"ln(1 + ({n} - {df} + 0.5) / ({df} + 0.5))"
 
 
-def small_cte() -> str:
+def small_cte(where: str) -> str:
     """The keyword side for small agents: every memory holding a query term, scored by
     the sum of the inverse document frequencies of the terms it holds.
 
@@ -47,12 +45,14 @@ def small_cte() -> str:
     agent's memories weighs little, and a rare word weighs a lot: ``ts_rank_cd`` over an
     OR of terms scored nearly every match alike (measured on LoCoMo, see bench/README.md).
 
-    The agent's rows (``mine``, read once for both sides) are matched one by one, not
-    through the GIN index: prefix terms are expanded over the whole table there, tens of
-    ms at a million memories. The CTEs are MATERIALIZED so that the frequencies are
-    counted once, not once per candidate row.
+    The agent's rows (``mine``, with whether each passes the filters ``where``) are
+    matched one by one, not through the GIN index: prefix terms are expanded over the
+    whole table there, tens of ms at a million memories. The CTEs are MATERIALIZED so
+    that the frequencies are counted once, not once per candidate row.
     """
     return f"""
+        mine AS MATERIALIZED (
+            SELECT m.id, m.tsv, ({where}) AS ok FROM memories m WHERE m.agent_id = :agent_id)
         , terms AS MATERIALIZED (
             SELECT DISTINCT CAST(quote_literal(l) AS tsquery) AS ex,
                    CAST(quote_literal(l) || ':*' AS tsquery) AS px
@@ -101,7 +101,7 @@ def large_cte(where: str) -> str:
     Prefix-only matches are not looked for here.
     """
     return f"""
-        , lex AS (
+        lex AS (
             SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{MAX_TERMS}] AS l)
         , sample AS MATERIALIZED (
             SELECT m.tsv FROM memories m WHERE m.agent_id = :agent_id LIMIT {_DF_SAMPLE})

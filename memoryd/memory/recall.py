@@ -1,6 +1,11 @@
 """Hybrid recall: candidates from the HNSW vector index and the (agent, tsvector)
 GIN index (see ``keywords``), scored in Python (see ``scoring``).
 
+Two queries, in one transaction: the keyword side first (``keyword_candidates``),
+which needs no query embedding, so ``MemoryStore.recall`` runs it while the embedding
+is computed on another thread; then the vector side merged with its hits
+(``candidates``).
+
 Two plans for the vector side, by the agent's size:
 - small agents (<= ``recall_exact_threshold`` memories): exact kNN over the
   agent's rows, reached through the (agent_id, ...) btree. A filtered HNSW scan
@@ -80,21 +85,51 @@ class AgentSizeCache:
         return self.size(session, agent_id) > self.threshold
 
 
-def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters,
-                  per_retriever: int, *, large_agent: bool,
-                  keyword_index: bool | None = None) -> tuple[str, dict[str, Any]]:
-    """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
-    it). For large agents the caller sets ``hnsw.*`` first (``vector_settings``)."""
+@dataclass(frozen=True)
+class KeywordHit:
+    """A memory the keyword side found: its IDF score and its place in that list."""
+
+    id: Any
+    rank: float
+    pos: int
+
+
+def keyword_sql(agent_id: str, query: str, filters: Filters, per_retriever: int, *,
+                keyword_index: bool) -> tuple[str, dict[str, Any]] | None:
+    """The keyword query and its parameters, or None if the query has no words.
+    ``keyword_index`` searches the GIN index instead of scanning the agent's rows."""
     words = keywords.query_words(query)
     if not words:
-        keyword_cte = keywords.NO_KEYWORDS
-    elif large_agent or keyword_index:  # the row scan needs the small vector side's rows
-        keyword_cte = keywords.large_cte(filters.sql())
-    else:
-        keyword_cte = keywords.small_cte()
+        return None
+    where = filters.sql()
+    ctes = keywords.large_cte(where) if keyword_index else keywords.small_cte(where)
+    params = {"agent_id": agent_id, "k": per_retriever, "words": words, **filters.params()}
+    return f"WITH {ctes} SELECT id, rank, pos FROM kw", params
+
+
+def keyword_candidates(session: Session, agent_id: str, query: str, filters: Filters,
+                       per_retriever: int, *, keyword_index: bool) -> list[KeywordHit]:
+    """Up to ``per_retriever`` memories by keyword score, best first. It needs no query
+    embedding, so recall runs it while the embedding is computed."""
+    built = keyword_sql(agent_id, query, filters, per_retriever, keyword_index=keyword_index)
+    if built is None:
+        return []
+    rows = session.execute(text(built[0]), built[1]).all()
+    return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
+
+
+def candidate_sql(agent_id: str, query_vector: str, keyword_hits: list[KeywordHit],
+                  filters: Filters, per_retriever: int, *,
+                  large_agent: bool) -> tuple[str, dict[str, Any]]:
+    """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
+    it): the vector side, merged with the keyword side's hits. For large agents the
+    caller sets ``hnsw.*`` first (``vector_settings``)."""
+    where = filters.sql()
     sql = f"""
-        WITH {_large_vector_cte(filters.sql()) if large_agent else _small_vector_cte(filters.sql())}
-        {keyword_cte}
+        WITH {_large_vector_cte(where) if large_agent else _small_vector_cte(where)},
+        kw AS (
+            SELECT * FROM unnest(CAST(:kw_ids AS uuid[]), CAST(:kw_ranks AS float8[]),
+                                 CAST(:kw_pos AS bigint[])) AS k(id, rank, pos))
         SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)) AS semantic,
                coalesce(kw.rank, 0) AS keyword_raw, vec.pos AS vector_rank, kw.pos AS keyword_rank
         FROM (SELECT id FROM vec UNION SELECT id FROM kw) c
@@ -102,8 +137,9 @@ def candidate_sql(agent_id: str, query_vector: str, query: str, filters: Filters
         LEFT JOIN vec ON vec.id = c.id
         LEFT JOIN kw ON kw.id = c.id
     """
-    params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever, "words": words,
-              **filters.params()}
+    params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever,
+              "kw_ids": [h.id for h in keyword_hits], "kw_ranks": [h.rank for h in keyword_hits],
+              "kw_pos": [h.pos for h in keyword_hits], **filters.params()}
     return sql, params
 
 
@@ -117,19 +153,17 @@ def _large_vector_cte(where: str) -> str:
 
 
 def _small_vector_cte(where: str) -> str:
-    """Exact kNN over the agent's rows. ``mine`` reads them once (through the agent_id
-    btree) for both sides: distance, lexemes and whether the filters pass."""
-    return f"""mine AS MATERIALIZED (
-            SELECT m.id, m.tsv, m.embedding <=> CAST(:qv AS vector) AS dist, ({where}) AS ok
-            FROM memories m WHERE m.agent_id = :agent_id),
-        vec AS (
+    """Exact kNN over the agent's rows, reached through the agent_id btree."""
+    return f"""vec AS (
             SELECT id, row_number() OVER (ORDER BY dist, id) AS pos
-            FROM (SELECT id, dist FROM mine WHERE ok ORDER BY dist, id LIMIT :k) m)"""
+            FROM (SELECT m.id, m.embedding <=> CAST(:qv AS vector) AS dist
+                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
+                  ORDER BY dist, m.id LIMIT :k) m)"""
 
 
 def vector_settings(session: Session, *, large_agent: bool, ef_search: int,
                     custom_plan: bool = False) -> None:
-    """Transaction-local settings for the candidate query, in one round trip; none (and
+    """Transaction-local settings for recall's queries, in one round trip; none (and
     no round trip) for small agents.
 
     - large agents and ``custom_plan``: ``plan_cache_mode = force_custom_plan``. psycopg
@@ -157,16 +191,13 @@ def vector_settings(session: Session, *, large_agent: bool, ef_search: int,
     session.execute(text(f"SELECT {calls}"), params)
 
 
-def candidates(session: Session, agent_id: str, query_vector: str, query: str,
-               filters: Filters, per_retriever: int, *, large_agent: bool,
-               ef_search: int, keyword_index: bool | None = None) -> list[Candidate]:
-    """Up to ``per_retriever`` candidates from each index, merged, with raw components.
-    ``keyword_index`` takes the keyword side from the GIN index instead of scanning the
-    agent's rows (always so for large agents)."""
-    vector_settings(session, large_agent=large_agent, ef_search=ef_search,
-                    custom_plan=bool(keyword_index))
-    sql, params = candidate_sql(agent_id, query_vector, query, filters, per_retriever,
-                                large_agent=large_agent, keyword_index=keyword_index)
+def candidates(session: Session, agent_id: str, query_vector: str,
+               keyword_hits: list[KeywordHit], filters: Filters, per_retriever: int, *,
+               large_agent: bool) -> list[Candidate]:
+    """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
+    side's hits, with raw components. Run ``vector_settings`` first."""
+    sql, params = candidate_sql(agent_id, query_vector, keyword_hits, filters, per_retriever,
+                                large_agent=large_agent)
     rows = session.execute(text(sql), params).mappings().all()
     return [
         Candidate(row=row, semantic=float(row["semantic"]),

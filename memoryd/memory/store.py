@@ -4,8 +4,11 @@ scheduler wrap it; agents that embed memoryd as a library call it directly."""
 from __future__ import annotations
 
 import builtins
+import os
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +25,7 @@ from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import LLMError, NotFound, ValidationError
 from memoryd.memory import graph, keywords, recall, scoring, sessions, writes
 from memoryd.memory.embeddings import Embedder, get_embedder, to_pgvector
+from memoryd.memory.recall import Filters
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.types import (
     Entity,
@@ -38,6 +42,7 @@ from memoryd.types import (
 log = structlog.get_logger(__name__)
 
 CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
+EMBED_THREADS = 4  # helper threads embedding recall queries (see MemoryStore._embed_soon)
 
 
 def parse_memory_id(value: object) -> uuid.UUID:
@@ -63,6 +68,8 @@ class MemoryStore:
         self._embedder = embedder
         self._sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
         self._embedded: Any = None
+        self._helpers: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
+        self._helpers_lock = threading.Lock()
 
     @classmethod
     def embedded(cls, data_dir: str | Path | None = None, **kwargs: Any) -> MemoryStore:
@@ -86,7 +93,12 @@ class MemoryStore:
         migrations.upgrade(self.engine)
 
     def close(self) -> None:
-        """Release connections; stop the embedded server if this store started it."""
+        """Release connections and helper threads; stop the embedded server if this store
+        started it."""
+        with self._helpers_lock:
+            if self._helpers is not None:
+                self._helpers[1].shutdown(wait=False, cancel_futures=True)
+                self._helpers = None
         self.engine.dispose()
         if self._embedded is not None and self._embedded.started_here:
             self._embedded.stop()
@@ -128,14 +140,10 @@ class MemoryStore:
         filters = recall.Filters(category=check.category(category), tags=check.tags(tags),
                                  session_id=check.short_text("session_id", session_id),
                                  include_archived=bool(include_archived))
-        vector = to_pgvector(self.embedder.embed([text_query])[0])
+        pending = self._embed_soon(text_query)
         with self.session() as session:
-            size = self._sizes.size(session, agent)
-            found = recall.candidates(
-                session, agent, vector, text_query, filters, CANDIDATE_FACTOR * limit,
-                large_agent=size > self.settings.recall_exact_threshold,
-                keyword_index=size > keywords.KEYWORD_SCAN_MAX,
-                ef_search=max(self.settings.hnsw_ef_search, CANDIDATE_FACTOR * limit))
+            found = self._candidates(session, agent, text_query, pending, filters,
+                                     CANDIDATE_FACTOR * limit)
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})
             ranked = self._rank(found, neighbours, keep=None if mode == "deep" else limit)
@@ -144,6 +152,33 @@ class MemoryStore:
             ranked = ranked[:limit]
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
+
+    def _candidates(self, session: Session, agent: str, query: str, pending: Future[Any],
+                    filters: Filters, per_retriever: int) -> list[scoring.Candidate]:
+        """Recall's two queries: the keyword side while ``pending`` (the query's
+        embedding) is computed, then the vector side merged with it."""
+        size = self._sizes.size(session, agent)
+        large = size > self.settings.recall_exact_threshold
+        keyword_index = size > keywords.KEYWORD_SCAN_MAX
+        recall.vector_settings(session, large_agent=large, custom_plan=keyword_index,
+                               ef_search=max(self.settings.hnsw_ef_search, per_retriever))
+        by_keyword = recall.keyword_candidates(session, agent, query, filters, per_retriever,
+                                               keyword_index=keyword_index)
+        vector = to_pgvector(pending.result()[0])
+        return recall.candidates(session, agent, vector, by_keyword, filters, per_retriever,
+                                 large_agent=large)
+
+    def _embed_soon(self, text: str) -> Future[Any]:
+        """The embedding of ``text``, computed on a helper thread so that recall's keyword
+        query runs meanwhile (the embedding and the wait for PostgreSQL both release the
+        GIL): recall then takes about the longer of the two instead of their sum."""
+        with self._helpers_lock:
+            # A pool created before a fork has no threads in the child: one per process.
+            if self._helpers is None or self._helpers[0] != os.getpid():
+                self._helpers = (os.getpid(), ThreadPoolExecutor(
+                    max_workers=EMBED_THREADS, thread_name_prefix="memoryd-embed"))
+            pool = self._helpers[1]
+        return pool.submit(self.embedder.embed, [text])
 
     def _rank(self, found: list[scoring.Candidate], neighbours: Mapping[Any, builtins.list[Any]],
               *, keep: int | None = None) -> builtins.list[Recalled]:
