@@ -186,6 +186,38 @@ def test_store_many_stores_each_and_dedups_within_the_batch(store: MemoryStore) 
     assert _count(store, AGENT) == 3
 
 
+def test_store_many_keeps_every_field_and_finds_existing_duplicates(
+        store: MemoryStore) -> None:
+    """The batch goes in as one statement: each row keeps its own fields, a row whose
+    content the agent already holds comes back as that memory, in input order."""
+    before = store.store(AGENT, "Dana runs the Friday demo.")
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    expires = datetime.now(UTC) + timedelta(days=3)
+    results = store.store_many(AGENT, [
+        {"content": "Erin prefers tea.", "tags": ["people", "drinks"], "role": "user",
+         "session_id": "s-1", "metadata": {"turn": 1}, "importance": 0.8,
+         "category": "preference", "created_at": when, "source": "chat"},
+        {"content": "Dana runs the Friday demo."},
+        {"content": "Frank moved to Oslo.", "expires_at": expires, "session_id": "s-1",
+         "role": "assistant"},
+        {"content": "Erin  prefers tea.", "tags": ["other"]},
+    ])
+    assert [(r.stored, r.duplicate) for r in results] == [
+        (True, False), (False, True), (True, False), (False, True)]
+    assert results[1].id == before.id and results[3].id == results[0].id
+    erin = store.get(AGENT, results[0].id)
+    assert (erin.tags, erin.role, erin.session_id, erin.metadata, erin.importance,
+            erin.category, erin.created_at, erin.source) == (
+        ("people", "drinks"), "user", "s-1", {"turn": 1}, 0.8, "preference", when, "chat")
+    frank = store.get(AGENT, results[2].id)
+    assert frank.expires_at == expires and frank.tags == () and frank.metadata == {}
+    with store.session() as session:
+        refs = session.execute(text(
+            "SELECT messages FROM sessions WHERE agent_id = :a AND session_id = 's-1'"),
+            {"a": AGENT}).scalar_one()
+    assert [r["id"] for r in refs] == [str(results[0].id), str(results[2].id)]
+
+
 def test_store_many_with_an_invalid_item_writes_nothing(store: MemoryStore) -> None:
     store.store(AGENT, "Existing memory before the batch.")
     with pytest.raises(ValidationError) as info:

@@ -82,13 +82,15 @@ WHERE id = :id
 
 
 def write(session: Session, rows: Sequence[PreparedRow]) -> list[StoreResult]:
-    """Insert or upsert each row in order, inside the caller's transaction."""
-    results: list[StoreResult] = []
+    """Insert or upsert each row in order, inside the caller's transaction. Rows of one
+    agent; without keys they go in as one statement (``_write_plain_bulk``)."""
+    if rows and not any(row.item.key for row in rows):
+        written = _write_plain_bulk(session, rows)
+    else:
+        written = [_write_keyed(session, row) if row.item.key else _write_plain(session, row)
+                   for row in rows]
     refs: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        result, created_at = (_write_keyed(session, row) if row.item.key
-                              else _write_plain(session, row))
-        results.append(result)
+    for row, (result, created_at) in zip(rows, written, strict=True):
         if result.stored and row.item.session_id:
             ts = (created_at or datetime.now(UTC)).isoformat()
             refs.setdefault(row.item.session_id, []).append(
@@ -96,7 +98,67 @@ def write(session: Session, rows: Sequence[PreparedRow]) -> list[StoreResult]:
     agent_id = rows[0].values["agent_id"] if rows else ""
     for session_id, session_refs in refs.items():
         sessions.append(session, agent_id, session_id, session_refs)
-    return results
+    return [result for result, _ in written]
+
+
+# Many rows in one statement: per-row statements cost more than the row itself (parse,
+# bind, round trip, SQLAlchemy) once the embedding is done. ORDER BY keeps the input
+# order, so of two rows with the same content the first is stored, as row by row.
+_BULK_INSERT = text("""
+INSERT INTO memories (agent_id, content, content_hash, role, session_id, category, tags,
+                      source, metadata, importance, expires_at, created_at, updated_at,
+                      embedding)
+SELECT :agent_id, r.content, r.content_hash, r.role, r.session_id, r.category,
+       ARRAY(SELECT jsonb_array_elements_text(CAST(r.tags AS jsonb))), r.source,
+       CAST(r.metadata AS jsonb), r.importance, r.expires_at,
+       coalesce(r.created_at, now()), now(), CAST(r.embedding AS vector)
+FROM unnest(CAST(:contents AS text[]), CAST(:hashes AS text[]), CAST(:roles AS text[]),
+            CAST(:session_ids AS text[]), CAST(:categories AS text[]),
+            CAST(:tags AS text[]), CAST(:sources AS text[]), CAST(:metadata AS text[]),
+            CAST(:importances AS float8[]), CAST(:expires AS timestamptz[]),
+            CAST(:created AS timestamptz[]), CAST(:embeddings AS text[]))
+     WITH ORDINALITY AS r(content, content_hash, role, session_id, category, tags, source,
+                          metadata, importance, expires_at, created_at, embedding, n)
+ORDER BY r.n
+ON CONFLICT DO NOTHING
+RETURNING id, content_hash, created_at
+""")
+_BY_HASHES = text("""SELECT content_hash, id FROM memories
+                     WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)""")
+
+
+def _write_plain_bulk(session: Session,
+                      rows: Sequence[PreparedRow]) -> list[tuple[StoreResult, datetime | None]]:
+    """``_write_plain`` for many rows of one agent, in two statements: the insert, then
+    the ids of the duplicates it skipped. A row whose duplicate vanished in between (a
+    concurrent delete) goes through ``_write_plain``."""
+    values = [row.values for row in rows]
+    inserted = {r.content_hash: (r.id, r.created_at) for r in session.execute(_BULK_INSERT, {
+        "agent_id": values[0]["agent_id"], "contents": [v["content"] for v in values],
+        "hashes": [v["content_hash"] for v in values], "roles": [v["role"] for v in values],
+        "session_ids": [v["session_id"] for v in values],
+        "categories": [v["category"] for v in values],
+        "tags": [json.dumps(v["tags"]) for v in values],
+        "sources": [v["source"] for v in values], "metadata": [v["metadata"] for v in values],
+        "importances": [v["importance"] for v in values],
+        "expires": [v["expires_at"] for v in values],
+        "created": [v["created_at"] for v in values],
+        "embeddings": [v["embedding"] for v in values]})}
+    skipped = {v["content_hash"] for v in values} - inserted.keys()
+    existing = dict(session.execute(_BY_HASHES, {
+        "agent_id": values[0]["agent_id"], "hashes": list(skipped)}).all()) if skipped else {}
+    out: list[tuple[StoreResult, datetime | None]] = []
+    for row in rows:
+        h = row.values["content_hash"]
+        if h in inserted:  # the first row with this content is the stored one
+            memory_id, created_at = inserted.pop(h)
+            existing[h] = memory_id
+            out.append((StoreResult(id=memory_id, stored=True, duplicate=False), created_at))
+        elif h in existing:
+            out.append((StoreResult(id=existing[h], stored=False, duplicate=True), None))
+        else:
+            out.append(_write_plain(session, row))
+    return out
 
 
 def _write_plain(session: Session, row: PreparedRow) -> tuple[StoreResult, datetime | None]:
