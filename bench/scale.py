@@ -322,7 +322,7 @@ def seed(url: str, *, total: int = 1_000_000, agents: int = 1_000,
                                                                    strict=True))))
             _copy(conn, "bench_noise (j, v)", ((j, _vec(v)) for j, v in enumerate(noise)))
         # 2. Drop the vector and full-text indexes for the bulk load.
-        defs = _index_defs(engine, ("ix_memories_embedding_hnsw", "ix_memories_agent_tsv"))
+        defs = _index_defs(engine, ("ix_memories_embedding_hnsw", "ix_memories_agent_lexemes"))
         with engine.begin() as conn:
             for name in defs:
                 conn.execute(text(f"DROP INDEX {name}"))

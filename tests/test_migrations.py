@@ -18,7 +18,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0005"
+HEAD = "0006"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories"}
 
@@ -92,7 +92,9 @@ def test_upgrade_from_empty_creates_the_schema(fresh_db: Any) -> None:
     hnsw = indexes["ix_memories_embedding_hnsw"]
     assert "USING hnsw (embedding vector_cosine_ops)" in hnsw
     assert "ON public.memories" in hnsw
-    assert "USING gin (agent_id, tsv)" in indexes["ix_memories_agent_tsv"]
+    assert "USING gin (memoryd_agent_lexemes((agent_id)::text, tsv))" in (
+        indexes["ix_memories_agent_lexemes"])
+    assert "ix_memories_agent_tsv" not in indexes
     assert indexes["uq_memories_agent_hash"].startswith("CREATE UNIQUE INDEX")
     assert "(agent_id, content_hash)" in indexes["uq_memories_agent_hash"]
     assert indexes["uq_memories_agent_key"].startswith("CREATE UNIQUE INDEX")
@@ -361,3 +363,34 @@ def test_downgrade_to_0004_restores_default_storage(fresh_db: Any) -> None:
     migrations.upgrade(engine)
     migrations.downgrade(engine, "0004")
     assert _storage(engine) == {"embedding": "e", "tsv": "x"}
+
+
+def test_agent_lexemes_prefix_each_lexeme_with_the_agent_key(fresh_db: Any) -> None:
+    # One GIN posting list per (agent, lexeme); over-long lexemes are left out so that
+    # the prefix can never exceed tsvector's lexeme limit (the insert must not fail).
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    long_word = "x" * 1500
+    with engine.begin() as conn:
+        conn.execute(text("""
+            INSERT INTO memories (agent_id, content, content_hash, category, importance,
+                                  embedding)
+            VALUES ('agent-a', :c, md5(:c), 'fact', 0.5,
+                    CAST(array_fill(0.1, ARRAY[384]) AS vector))"""),
+            {"c": f"Cats chase {long_word} mice"})
+        keys, prefix, plain = conn.execute(text("""
+            SELECT tsvector_to_array(memoryd_agent_lexemes(agent_id, tsv)),
+                   left(md5('agent-a'), 12), tsvector_to_array(tsv) FROM memories""")).one()
+    assert long_word in plain
+    assert sorted(keys) == sorted(prefix + lexeme for lexeme in plain if lexeme != long_word)
+
+
+def test_downgrade_to_0005_restores_the_agent_tsvector_index(fresh_db: Any) -> None:
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    migrations.downgrade(engine, "0005")
+    indexes = _indexes(engine)
+    assert "USING gin (agent_id, tsv)" in indexes["ix_memories_agent_tsv"]
+    assert "ix_memories_agent_lexemes" not in indexes
+    migrations.upgrade(engine)
+    assert "ix_memories_agent_lexemes" in _indexes(engine)

@@ -489,3 +489,19 @@ def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
     assert touched == 0
     broken.close()
     assert broken._helpers is None
+
+
+def test_index_keyword_side_stays_inside_the_agent(store: MemoryStore,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GIN index is keyed by (agent, lexeme): another agent holding the same words
+    never lends a candidate, even when it holds more of them."""
+    from memoryd.memory import keywords
+
+    _seed(store)
+    store.store_many("agent-other", [{"content": f"{TARGET} Peanuts, food, allergies {i}."}
+                                     for i in range(40)])
+    monkeypatch.setattr(keywords, "KEYWORD_SCAN_MAX", 0)
+    hits = store.recall(AGENT, "peanuts food allergies", limit=20)
+    assert hits and hits[0].content == TARGET
+    assert {h.memory.agent_id for h in hits} == {AGENT}
+    assert len(hits) == len(DISTRACTORS) + 1

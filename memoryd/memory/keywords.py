@@ -3,7 +3,7 @@
 A memory's keyword score is the sum of the inverse document frequencies (BM25's
 ``ln(1 + (N - df + 0.5) / (df + 0.5))``) of the query stems it holds, N and df counted
 over the agent's own memories. Two plans, by the agent's size (``KEYWORD_SCAN_MAX``):
-scan the agent's rows (``small_cte``), or search the (agent_id, tsvector) GIN index
+scan the agent's rows (``small_cte``), or search the GIN index keyed by (agent, lexeme)
 within bounds (``large_cte``). Each returns CTEs ending in ``kw (id, rank, pos)`` for
 ``recall.keyword_sql``.
 """
@@ -20,6 +20,14 @@ _MIN_POOL = 500
 _DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies
 _RARE_IN_SAMPLE = 2
 KEYWORD_SCAN_MAX = 2_000  # above this many memories, the keyword side uses the GIN index
+# The expression of ix_memories_agent_lexemes (migration 0006): the memory's lexemes,
+# each prefixed with its agent's key, so one GIN posting list per (agent, lexeme).
+AGENT_LEXEMES = "memoryd_agent_lexemes(m.agent_id, m.tsv)"
+_KEY_PREFIX = "left(md5(:agent_id), 12)"
+# The agent filter of those searches, as a recheck only: written as a plain equality,
+# the planner ANDs the search with a scan of an agent_id index (every memory of the
+# agent), which the key prefix makes useless.
+_SAME_AGENT = "(m.agent_id = :agent_id) IS TRUE"
 
 
 def query_words(query: str) -> str:
@@ -82,16 +90,15 @@ def large_cte(where: str) -> str:
     """The keyword side for large agents, bounded whatever the query.
 
     Scored like the small-agent side (the sum of the inverse document frequencies of
-    the query's stems a memory holds), with bounds, because every GIN search here walks
-    the agent's own posting list (100,000 entries for a 100,000-memory agent, 1.5-3 ms):
+    the query's stems a memory holds), with bounds. The searches go through the GIN
+    index keyed by (agent, lexeme) (``AGENT_LEXEMES``), so each reads only the entries
+    of the agent's memories holding the words searched:
 
     - document frequencies are estimated on a sample of ``_DF_SAMPLE`` of the agent's
       memories (the first ones its agent_id index yields), not counted over all of them;
-    - one GIN search (exact stems; prefix terms are expanded over the whole table there)
-      finds at most ``_STRICT_FACTOR`` x ``k`` (at least ``_MIN_POOL``) memories holding
-      two or more of the ``_MAX_PAIR_TERMS`` rarest terms (an OR of pairs costs about a ms
-      per pair here),
-      or a rare one (at most ``_RARE_IN_SAMPLE`` hits in the sample): the memories that
+    - one search (exact stems) finds at most ``_STRICT_FACTOR`` x ``k`` (at least
+      ``_MIN_POOL``) memories holding two or more of the ``_MAX_PAIR_TERMS`` rarest
+      terms, or a rare one (at most ``_RARE_IN_SAMPLE`` hits in the sample): the memories that
       can score high;
     - a second search adds ``k`` memories holding the rarest of the other terms (a name,
       typically: they outscore memories holding one commoner term);
@@ -106,34 +113,35 @@ def large_cte(where: str) -> str:
         , sample AS MATERIALIZED (
             SELECT m.tsv FROM memories m WHERE m.agent_id = :agent_id LIMIT {_DF_SAMPLE})
         , idf AS MATERIALIZED (
-            SELECT t.a, t.ex, d.df, {_idf("d.df", "n.n")} AS w
-            FROM (SELECT a, CAST(quote_literal(a) AS tsquery) AS ex
+            SELECT t.a, t.ex, t.key, d.df, {_idf("d.df", "n.n")} AS w
+            FROM (SELECT a, CAST(quote_literal(a) AS tsquery) AS ex, {_KEY_PREFIX} || a AS key
                   FROM lex, unnest(lex.l) AS a) t,
                  (SELECT count(*) AS n FROM sample) n,
                  LATERAL (SELECT count(*) AS df FROM sample s WHERE s.tsv @@ t.ex) d)
-        , rarest AS (SELECT a FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})
+        , rarest AS (SELECT key FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})
         , wanted AS (
             SELECT CAST(string_agg(p, ' | ') AS tsquery) AS q,
-                   (SELECT CAST(string_agg(quote_literal(a), ' | ') AS tsquery) FROM idf) AS any_q
-            FROM (SELECT format('(%L & %L)', x.a, y.a) AS p
-                  FROM rarest x, rarest y WHERE x.a < y.a
+                   (SELECT CAST(string_agg(quote_literal(key), ' | ') AS tsquery) FROM idf)
+                       AS any_q
+            FROM (SELECT format('(%L & %L)', x.key, y.key) AS p
+                  FROM rarest x, rarest y WHERE x.key < y.key
                   UNION ALL
-                  SELECT quote_literal(a) FROM idf WHERE df <= {_RARE_IN_SAMPLE}) s)
+                  SELECT quote_literal(key) FROM idf WHERE df <= {_RARE_IN_SAMPLE}) s)
         , kw_found AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m, wanted
-            WHERE m.agent_id = :agent_id AND m.tsv @@ wanted.q AND {where}
+            WHERE {_SAME_AGENT} AND {AGENT_LEXEMES} @@ wanted.q AND {where}
             LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL}))
         , kw_rarest AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m,
-                   (SELECT ex FROM idf WHERE df > {_RARE_IN_SAMPLE}
-                    ORDER BY df, a LIMIT 1) r
-            WHERE m.agent_id = :agent_id AND m.tsv @@ r.ex AND {where}
+                   (SELECT CAST(quote_literal(key) AS tsquery) AS q FROM idf
+                    WHERE df > {_RARE_IN_SAMPLE} ORDER BY df, a LIMIT 1) r
+            WHERE {_SAME_AGENT} AND {AGENT_LEXEMES} @@ r.q AND {where}
               AND m.id NOT IN (SELECT id FROM kw_found)
             LIMIT :k)
         , kw_fill AS (
             SELECT m.id, m.tsv FROM memories m, wanted
             WHERE (SELECT count(*) FROM kw_found) + (SELECT count(*) FROM kw_rarest) < :k
-              AND m.agent_id = :agent_id AND m.tsv @@ wanted.any_q AND {where}
+              AND {_SAME_AGENT} AND {AGENT_LEXEMES} @@ wanted.any_q AND {where}
               AND m.id NOT IN (SELECT id FROM kw_found UNION ALL SELECT id FROM kw_rarest)
             LIMIT :k)
         , kw AS (

@@ -1,5 +1,6 @@
-"""Hybrid recall: candidates from the HNSW vector index and the (agent, tsvector)
-GIN index (see ``keywords``), scored in Python (see ``scoring``).
+"""Hybrid recall: candidates from the HNSW vector index and the full-text side (see
+``keywords``: the agent's rows, or a GIN index keyed by (agent, lexeme)), scored in
+Python (see ``scoring``).
 
 Two queries, in one transaction: the keyword side first (``keyword_candidates``),
 which needs no query embedding, so ``MemoryStore.recall`` runs it while the embedding
