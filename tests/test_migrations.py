@@ -4,6 +4,7 @@ removes it, and that the SQLAlchemy models mirror the migrated tables."""
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import uuid
 from collections.abc import Iterator
@@ -340,14 +341,9 @@ def test_long_memories_keep_embedding_and_lexemes_in_the_row(fresh_db: Any) -> N
     # a TOAST lookup. A long content is the value that moves out instead.
     _, engine = fresh_db()
     migrations.upgrade(engine)
+    _insert(engine, [" ".join(hashlib.md5(f"{i}-{j}".encode()).hexdigest()
+                              for i in range(40)) for j in range(3)])
     with engine.begin() as conn:
-        conn.execute(text("""
-            INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  embedding)
-            SELECT 'a', c, md5(c), 'fact', 0.5, CAST(array_fill(0.1, ARRAY[384]) AS vector)
-            FROM (SELECT string_agg(md5(i::text || '-' || j::text), ' ') AS c
-                  FROM generate_series(1, 40) AS i, generate_series(1, 3) AS j
-                  GROUP BY j) s"""))
         row = conn.execute(text("""
             SELECT count(*) AS n,
                    count(pg_column_toast_chunk_id(embedding)) AS embedding_out,
@@ -371,16 +367,11 @@ def test_agent_lexemes_prefix_each_lexeme_with_the_agent_key(fresh_db: Any) -> N
     _, engine = fresh_db()
     migrations.upgrade(engine)
     long_word = "x" * 1500
+    _insert(engine, [f"Cats chase {long_word} mice"])
     with engine.begin() as conn:
-        conn.execute(text("""
-            INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  embedding)
-            VALUES ('agent-a', :c, md5(:c), 'fact', 0.5,
-                    CAST(array_fill(0.1, ARRAY[384]) AS vector))"""),
-            {"c": f"Cats chase {long_word} mice"})
         keys, prefix, plain = conn.execute(text("""
             SELECT tsvector_to_array(memoryd_agent_lexemes(agent_id, tsv)),
-                   left(md5('agent-a'), 12), tsvector_to_array(tsv) FROM memories""")).one()
+                   left(md5(agent_id), 12), tsvector_to_array(tsv) FROM memories""")).one()
     assert long_word in plain
     assert sorted(keys) == sorted(prefix + lexeme for lexeme in plain if lexeme != long_word)
 
