@@ -136,8 +136,8 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
         marks.append(time.perf_counter())
         with store.session() as session:
             size = store._sizes.size(session, agent)
-            large, by_index = size > store.settings.recall_exact_threshold, \
-                size > keywords.KEYWORD_SCAN_MAX
+            large = size > store.settings.recall_exact_threshold
+            by_index = size > keywords.KEYWORD_SCAN_MAX
             rc.vector_settings(session, large_agent=large, ef_search=ef, custom_plan=by_index)
             marks.append(time.perf_counter())
             hits = rc.keyword_candidates(session, agent, q, rc.Filters(), k,

@@ -54,8 +54,9 @@ def small_cte(where: str) -> str:
     OR of terms scored nearly every match alike (measured on LoCoMo, see bench/README.md).
 
     The agent's rows (``mine``, with whether each passes the filters ``where``) are
-    matched one by one, not through the GIN index: prefix terms are expanded over the
-    whole table there, tens of ms at a million memories. The CTEs are MATERIALIZED so
+    matched one by one, not through the GIN index: for a small agent one pass over its
+    rows counts the frequencies and finds the matches, prefix ones included, for less
+    than the index searches would cost. The CTEs are MATERIALIZED so
     that the frequencies are counted once, not once per candidate row.
     """
     return f"""
