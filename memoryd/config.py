@@ -23,7 +23,7 @@ from memoryd.errors import ConfigError
 
 JOBS = (
     "consolidate", "evict", "expire", "deduplicate", "summarize",
-    "cortex", "compact_sessions", "repair_sessions",
+    "cortex", "compact_sessions", "repair_sessions", "index_agents",
 )
 
 
@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     recall_exact_threshold: int = Field(
         10_000, ge=0, description="Agents with at most this many memories get exact kNN")
     hnsw_ef_search: int = Field(100, ge=10, le=1000)
+    agent_index_min_memories: int = Field(
+        10_000, ge=0,
+        description="Agents with at least this many memories get an HNSW index of their "
+                    "own (job index_agents); 0 = none")
 
     # --- LLM and embeddings ---------------------------------------------------
     anthropic_api_key: SecretStr | None = Field(None, description="Enables the Anthropic LLM")
@@ -97,6 +101,7 @@ class Settings(BaseSettings):
     schedule_cortex: str | None = None
     schedule_compact_sessions: str | None = None
     schedule_repair_sessions: str | None = None
+    schedule_index_agents: str | None = None
 
     @field_validator("database_url", "broker_url", "result_backend", "anthropic_api_key",
                      mode="before")

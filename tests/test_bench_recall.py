@@ -53,6 +53,9 @@ def test_recall_benchmark_end_to_end(tmp_path: Path) -> None:
     assert (seed["total"], seed["agents"]) == (300, 3)
     assert seed["big_agent_size"] + seed["typical_agent_size"] + seed["background_rows"] == 300
     assert set(report["results"]) == {"big (30)", "typical (15)"}
+    # The hourly index_agents job ran; no agent this small gets an index of its own.
+    assert report["index_agents"]["status"] == "ok"
+    assert report["index_agents"]["stats"]["agents_indexed"] == 0
     for block in report["results"].values():
         latency = block["latency_ms"]
         assert set(latency) == {"in-process", "floor embed", "floor sql (hnsw)",

@@ -40,6 +40,7 @@ REQUIRED_CRONS = {
     "cortex": "30 */6 * * *",
     "compact_sessions": "15 * * * *",
     "repair_sessions": "0 5 * * *",
+    "index_agents": "45 * * * *",
 }
 HOURLY, SIX_HOURLY, DAILY = 50 * 60, 5 * 3600, 23 * 3600
 
@@ -146,8 +147,8 @@ def test_default_table_has_every_job_with_the_required_cron() -> None:
 
 def test_expiry_follows_the_cadence_and_its_derivation() -> None:
     expected = {"consolidate": SIX_HOURLY, "cortex": SIX_HOURLY, "expire": HOURLY,
-                "compact_sessions": HOURLY, "evict": DAILY, "deduplicate": DAILY,
-                "summarize": DAILY, "repair_sessions": DAILY}
+                "compact_sessions": HOURLY, "index_agents": HOURLY, "evict": DAILY,
+                "deduplicate": DAILY, "summarize": DAILY, "repair_sessions": DAILY}
     for entry in DEFAULT_SCHEDULE:
         assert entry.expires_s == expected[entry.job]
         assert entry.expires_s == expires_for(parse_cron(entry.cron))

@@ -52,7 +52,8 @@ class ScheduleEntry:
 
 # Daily jobs are staggered (03:00, 03:30, 04:00, 05:00) so they do not compete for
 # the database at the same minute; the hourly and 6-hourly ones avoid each other's
-# minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour).
+# minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour,
+# index_agents :45).
 DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
     ScheduleEntry("consolidate", "0 */6 * * *", 5 * 3600,
                   "Consolidate recent memories and sessions."),
@@ -70,6 +71,8 @@ DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
                   "Compact long sessions."),
     ScheduleEntry("repair_sessions", "0 5 * * *", 23 * 3600,
                   "Repair inconsistent session records."),
+    ScheduleEntry("index_agents", "45 * * * *", 50 * 60,
+                  "Give each large agent an HNSW index of its own."),
 )
 
 if tuple(entry.job for entry in DEFAULT_SCHEDULE) != JOBS:  # pragma: no cover

@@ -1,0 +1,178 @@
+"""``index_agents``: a partial HNSW index per large agent, on the real PostgreSQL.
+
+The planning rules (threshold, hysteresis, cap, invalid builds) are checked on the plain
+``plan`` function; building, dropping, the plan recall gets and quoting on the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from memoryd.config import override_settings
+from memoryd.errors import ValidationError
+from memoryd.memory import recall as rc
+from memoryd.memory.embeddings import to_pgvector
+from memoryd.memory.maintenance.agent_indexes import (
+    INDEX_PREFIX,
+    existing_indexes,
+    index_name,
+    plan,
+)
+from memoryd.memory.maintenance.base import run_job
+from memoryd.memory.store import MemoryStore
+from tests.maint_helpers import bulk_insert, run
+
+BIG, SMALL = "agent-big", "agent-small"
+
+
+# --- the plan ---------------------------------------------------------------------------
+def test_plan_indexes_agents_at_the_threshold_only() -> None:
+    todo = plan([("a", 100), ("b", 99)], {}, 100)
+    assert (todo.build, todo.drop, todo.keep) == (["a"], [], [])
+
+
+def test_plan_keeps_an_index_until_its_agent_falls_below_half() -> None:
+    existing = {index_name("a"): True, index_name("b"): True}
+    todo = plan([("a", 50), ("b", 49)], existing, 100)
+    assert (todo.build, todo.drop, todo.keep) == ([], [index_name("b")], ["a"])
+
+
+def test_plan_caps_the_number_of_indexes_largest_first() -> None:
+    sizes = [("c", 300), ("b", 200), ("a", 150)]
+    existing = {index_name("a"): True}
+    todo = plan(sizes, existing, 100, cap=2)
+    assert (todo.build, todo.drop, todo.keep) == (["c", "b"], [index_name("a")], [])
+
+
+def test_plan_rebuilds_an_invalid_index_and_drops_strangers() -> None:
+    existing = {index_name("a"): False, INDEX_PREFIX + "0123456789abcdef": True}
+    todo = plan([("a", 100)], existing, 100)
+    assert todo.build == ["a"]
+    assert todo.drop == sorted([index_name("a"), INDEX_PREFIX + "0123456789abcdef"])
+
+
+def test_plan_with_threshold_zero_drops_everything() -> None:
+    todo = plan([("a", 10**6)], {index_name("a"): True}, 0)
+    assert (todo.build, todo.drop, todo.keep) == ([], [index_name("a")], [])
+
+
+def test_index_names_are_identifiers_whatever_the_agent_id() -> None:
+    name = index_name("o'brien \"x\" " + "é" * 300)
+    assert name.startswith(INDEX_PREFIX) and len(name) <= 63
+    assert name.replace("_", "").isalnum() and name.isascii()
+    assert index_name("a") != index_name("b")
+
+
+# --- on the database --------------------------------------------------------------------
+@pytest.fixture
+def indexing_store(store: MemoryStore, pg_url: str) -> Iterator[MemoryStore]:
+    """A store whose agents get their own index from 20 memories, and whose recall takes
+    the large-agent (HNSW) plan from 10; every per-agent index is dropped afterwards (a
+    TRUNCATE does not remove indexes)."""
+    with override_settings(agent_index_min_memories="20", recall_exact_threshold="10"):
+        small = MemoryStore(pg_url)
+    try:
+        yield small
+    finally:
+        with small.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            for name in existing_indexes(conn):
+                conn.execute(text(f'DROP INDEX "{name}"'))
+        small.close()
+
+
+def _predicates(store: MemoryStore) -> dict[str, str]:
+    with store.session() as session:
+        rows = session.execute(text("""
+            SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) AS pred
+            FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :p)
+        """), {"p": INDEX_PREFIX}).all()
+    return {r.relname: r.pred for r in rows}
+
+
+def _vector_plan(store: MemoryStore, agent: str) -> str:
+    """The plan of recall's candidate query for ``agent`` (large-agent settings), with
+    sequential scans and sorts priced out, as on a table too big to scan."""
+    vector = to_pgvector(store.embedder.embed(["notes about numbers"])[0])
+    sql, params = rc.candidate_sql(agent, vector, [], rc.Filters(), 30, large_agent=True)
+    with store.session() as session:
+        rc.vector_settings(session, large_agent=True, ef_search=100)
+        session.execute(text("SET LOCAL enable_seqscan = off"))
+        session.execute(text("SET LOCAL enable_sort = off"))
+        lines = session.execute(text("EXPLAIN " + sql), params).scalars().all()
+    return "\n".join(lines)
+
+
+def test_large_agent_gets_its_own_index_and_recall_uses_it(
+        indexing_store: MemoryStore) -> None:
+    bulk_insert(indexing_store, BIG, 25)
+    bulk_insert(indexing_store, SMALL, 5)
+    record = run(indexing_store, "index_agents")
+    assert record.stats | {"duration_ms": 0} == {
+        "agents_indexed": 1, "built": 1, "dropped": 0, "to_build": 1, "to_drop": 0,
+        "duration_ms": 0}
+    assert _predicates(indexing_store) == {
+        index_name(BIG): f"((agent_id)::text = '{BIG}'::text)"}
+    assert index_name(BIG) in _vector_plan(indexing_store, BIG)
+    assert index_name(BIG) not in _vector_plan(indexing_store, SMALL)
+    hits = indexing_store.recall(BIG, "note number 7", limit=5)
+    assert len(hits) == 5 and all(h.memory.agent_id == BIG for h in hits)
+
+
+def test_a_second_run_changes_nothing_and_a_dry_run_builds_nothing(
+        indexing_store: MemoryStore) -> None:
+    bulk_insert(indexing_store, BIG, 25)
+    dry = run(indexing_store, "index_agents", dry_run=True)
+    assert (dry.stats["to_build"], dry.stats["built"]) == (1, 0)
+    assert _predicates(indexing_store) == {}
+    run(indexing_store, "index_agents")
+    again = run(indexing_store, "index_agents")
+    assert (again.stats["built"], again.stats["dropped"], again.stats["agents_indexed"]) == \
+        (0, 0, 1)
+
+
+def test_index_is_dropped_once_its_agent_shrinks_below_half(
+        indexing_store: MemoryStore) -> None:
+    bulk_insert(indexing_store, BIG, 25)
+    run(indexing_store, "index_agents")
+    with indexing_store.session() as session:
+        session.execute(text("DELETE FROM memories WHERE agent_id = :a AND id IN ("
+                             "SELECT id FROM memories WHERE agent_id = :a LIMIT 15)"),
+                        {"a": BIG})  # 10 left: half of 20 keeps it
+    assert run(indexing_store, "index_agents").stats["dropped"] == 0
+    with indexing_store.session() as session:
+        session.execute(text("DELETE FROM memories WHERE id IN ("
+                             "SELECT id FROM memories WHERE agent_id = :a LIMIT 1)"), {"a": BIG})
+    assert run(indexing_store, "index_agents").stats["dropped"] == 1
+    assert _predicates(indexing_store) == {}
+
+
+def test_agent_ids_are_quoted_in_the_index_predicate(indexing_store: MemoryStore) -> None:
+    agent = "o'brien; DROP TABLE memories; --"
+    bulk_insert(indexing_store, agent, 20)
+    run(indexing_store, "index_agents")
+    assert _predicates(indexing_store) == {
+        index_name(agent): "((agent_id)::text = 'o''brien; DROP TABLE memories; --'::text)"}
+    assert len(indexing_store.recall(agent, "note number 3", limit=3)) == 3
+
+
+def test_an_invalid_index_is_rebuilt(indexing_store: MemoryStore) -> None:
+    bulk_insert(indexing_store, BIG, 25)
+    run(indexing_store, "index_agents")
+    with indexing_store.session() as session:  # as an interrupted concurrent build leaves it
+        session.execute(text("UPDATE pg_index SET indisvalid = false "
+                             "WHERE indexrelid = CAST(:n AS regclass)"), {"n": index_name(BIG)})
+    record = run(indexing_store, "index_agents")
+    assert (record.stats["dropped"], record.stats["built"]) == (1, 1)
+    with indexing_store.engine.connect() as conn:
+        assert existing_indexes(conn) == {index_name(BIG): True}
+
+
+def test_job_is_fleet_wide_and_takes_no_parameters(indexing_store: MemoryStore) -> None:
+    with pytest.raises(ValidationError, match="whole fleet"):
+        run_job(indexing_store, "index_agents", agent_id=BIG)
+    with pytest.raises(ValidationError, match="takes none"):
+        run_job(indexing_store, "index_agents", params={"min": 3})
