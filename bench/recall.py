@@ -119,9 +119,9 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
 
 def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, Any]:
     """Where in-process recall spends its time, each part run alone (recall itself runs
-    the keyword query while the query is embedded): embed, size check and settings,
-    keyword query, vector query (merged with the keyword hits), session context, rank,
-    touch, commit."""
+    the keyword query while the query is embedded): embed, size check, keyword query
+    (which also applies a large agent's settings), vector query (merged with the keyword
+    hits), session context, rank, touch, commit."""
     from memoryd.memory import keywords
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
@@ -140,10 +140,10 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
             size = store._sizes.size(session, agent)
             large = size > store.settings.recall_exact_threshold
             by_index = size > keywords.KEYWORD_SCAN_MAX
-            rc.vector_settings(session, large_agent=large, ef_search=ef, custom_plan=by_index)
+            settings = rc.vector_settings(large_agent=large, ef_search=ef)
             marks.append(time.perf_counter())
             hits = rc.keyword_candidates(session, agent, q, rc.Filters(), k,
-                                         keyword_index=by_index)
+                                         keyword_index=by_index, settings=settings)
             marks.append(time.perf_counter())
             found = rc.candidates(session, agent, vector, hits, rc.Filters(), k,
                                   large_agent=large)
@@ -191,15 +191,16 @@ def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
         size = store._sizes.size(session, agent)
         large = size > store.settings.recall_exact_threshold
         by_index = size > keywords.KEYWORD_SCAN_MAX
-        rc.vector_settings(session, large_agent=large, custom_plan=by_index,
-                           ef_search=max(store.settings.hnsw_ef_search, k))
-        built = rc.keyword_sql(agent, query, rc.Filters(), k, keyword_index=by_index)
+        settings = rc.vector_settings(large_agent=large,
+                                      ef_search=max(store.settings.hnsw_ef_search, k))
+        built = rc.keyword_sql(agent, query, rc.Filters(), k, keyword_index=by_index,
+                               settings=settings)
         lines = []
         if built is not None:
             lines = [r[0] for r in session.execute(
                 text("EXPLAIN (ANALYZE, BUFFERS) " + built[0]), built[1]).all()]
         hits = rc.keyword_candidates(session, agent, query, rc.Filters(), k,
-                                     keyword_index=by_index)
+                                     keyword_index=by_index, settings=settings)
         sql, params = rc.candidate_sql(agent, vector, hits, rc.Filters(), k, large_agent=large)
         lines += [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql),
                                                 params).all()]

@@ -124,7 +124,7 @@ def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> No
 
     def keyword_scores(query: str, k: int) -> list[float]:
         with store.session() as session:
-            rc.vector_settings(session, large_agent=True, ef_search=100)
+            rc.apply_settings(session, rc.vector_settings(large_agent=True, ef_search=100))
             hits = rc.keyword_candidates(session, agent, query, rc.Filters(), k,
                                          keyword_index=True)
             rows = rc.candidates(session, agent, vector, hits, rc.Filters(), k,

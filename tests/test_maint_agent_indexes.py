@@ -99,7 +99,7 @@ def _vector_plan(store: MemoryStore, agent: str) -> str:
     vector = to_pgvector(store.embedder.embed(["notes about numbers"])[0])
     sql, params = rc.candidate_sql(agent, vector, [], rc.Filters(), 30, large_agent=True)
     with store.session() as session:
-        rc.vector_settings(session, large_agent=True, ef_search=100)
+        rc.apply_settings(session, rc.vector_settings(large_agent=True, ef_search=100))
         session.execute(text("SET LOCAL enable_seqscan = off"))
         session.execute(text("SET LOCAL enable_sort = off"))
         lines = session.execute(text("EXPLAIN " + sql), params).scalars().all()

@@ -505,3 +505,24 @@ def test_index_keyword_side_stays_inside_the_agent(store: MemoryStore,
     assert hits and hits[0].content == TARGET
     assert {h.memory.agent_id for h in hits} == {AGENT}
     assert len(hits) == len(DISTRACTORS) + 1
+
+
+@pytest.mark.parametrize("query", [QUERY, "zebra xylophone", "?!"])
+def test_large_agent_settings_ride_on_the_keyword_query(store: MemoryStore, query: str) -> None:
+    """Applied by the keyword statement itself (a round trip saved), also when it finds
+    nothing ("zebra"), or by a statement of their own when the query has no words
+    ("?!"); for the transaction only."""
+    from memoryd.memory import recall as rc
+
+    _seed(store)
+    settings = rc.vector_settings(large_agent=True, ef_search=123)
+    assert settings["hnsw.ef_search"] == "123"
+    with store.session() as session:
+        rc.keyword_candidates(session, AGENT, query, rc.Filters(), 30, keyword_index=True,
+                              settings=settings)
+        applied = {name: session.execute(text("SELECT current_setting(:n)"),
+                                         {"n": name}).scalar_one() for name in settings}
+    assert applied == settings
+    with store.session() as session:
+        assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "auto"
+    assert rc.vector_settings(large_agent=False, ef_search=123) == {}

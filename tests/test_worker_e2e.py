@@ -292,6 +292,16 @@ def test_worker_app_accepts_json_only() -> None:
     assert app.conf.result_serializer == "json"
 
 
+def test_only_maintenance_tasks_report_a_started_state() -> None:
+    from memoryd.tasks import maintenance, memory  # noqa: F401 - registers the tasks
+    from memoryd.worker import app
+
+    started = {name for name, task in app.tasks.items()
+               if name.startswith("memoryd.") and task.track_started}
+    assert started == {f"memoryd.maintenance.{job}" for job in maintenance.TASKS}
+    assert app.tasks["memoryd.recall"].track_started is False
+
+
 def test_a_pickled_message_is_never_executed(worker_broker_url: str, store: MemoryStore,
                                              client: MemoryClient, agent_id: str,
                                              worker: Any) -> None:

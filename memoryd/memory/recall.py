@@ -96,24 +96,38 @@ class KeywordHit:
 
 
 def keyword_sql(agent_id: str, query: str, filters: Filters, per_retriever: int, *,
-                keyword_index: bool) -> tuple[str, dict[str, Any]] | None:
+                keyword_index: bool, settings: dict[str, str] | None = None
+                ) -> tuple[str, dict[str, Any]] | None:
     """The keyword query and its parameters, or None if the query has no words.
-    ``keyword_index`` searches the GIN index instead of scanning the agent's rows."""
+    ``keyword_index`` searches the GIN index instead of scanning the agent's rows.
+    ``settings`` (``vector_settings``) are applied by the same statement, for the
+    candidate query that follows."""
     words = keywords.query_words(query)
     if not words:
         return None
     where = filters.sql()
     ctes = keywords.large_cte(where) if keyword_index else keywords.small_cte(where)
     params = {"agent_id": agent_id, "k": per_retriever, "words": words, **filters.params()}
-    return f"WITH {ctes} SELECT id, rank, pos FROM kw", params
+    sql = f"WITH {ctes} SELECT id, rank, pos FROM kw"
+    if settings:
+        # An uncorrelated condition: evaluated once, before the first row, even when
+        # the keyword side finds nothing.
+        expression, setting_params = _settings_sql(settings)
+        sql += f" WHERE (SELECT {expression}) IS NOT NULL"
+        params.update(setting_params)
+    return sql, params
 
 
 def keyword_candidates(session: Session, agent_id: str, query: str, filters: Filters,
-                       per_retriever: int, *, keyword_index: bool) -> list[KeywordHit]:
+                       per_retriever: int, *, keyword_index: bool,
+                       settings: dict[str, str] | None = None) -> list[KeywordHit]:
     """Up to ``per_retriever`` memories by keyword score, best first. It needs no query
-    embedding, so recall runs it while the embedding is computed."""
-    built = keyword_sql(agent_id, query, filters, per_retriever, keyword_index=keyword_index)
+    embedding, so recall runs it while the embedding is computed. ``settings`` are
+    applied for the rest of the transaction, whether or not the query has words."""
+    built = keyword_sql(agent_id, query, filters, per_retriever, keyword_index=keyword_index,
+                        settings=settings)
     if built is None:
+        apply_settings(session, settings or {})
         return []
     rows = session.execute(text(built[0]), built[1]).all()
     return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
@@ -124,7 +138,7 @@ def candidate_sql(agent_id: str, query_vector: str, keyword_hits: list[KeywordHi
                   large_agent: bool) -> tuple[str, dict[str, Any]]:
     """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
     it): the vector side, merged with the keyword side's hits. For large agents the
-    caller sets ``hnsw.*`` first (``vector_settings``)."""
+    caller applies ``vector_settings`` first (``keyword_candidates`` does)."""
     where = filters.sql()
     sql = f"""
         WITH {_large_vector_cte(where) if large_agent else _small_vector_cte(where)},
@@ -162,41 +176,53 @@ def _small_vector_cte(where: str) -> str:
                   ORDER BY dist, m.id LIMIT :k) m)"""
 
 
-def vector_settings(session: Session, *, large_agent: bool, ef_search: int,
-                    custom_plan: bool = False) -> None:
-    """Transaction-local settings for recall's queries, in one round trip; none (and
-    no round trip) for small agents.
+def vector_settings(*, large_agent: bool, ef_search: int) -> dict[str, str]:
+    """Transaction-local settings the candidate query needs: none for small agents.
 
-    - large agents and ``custom_plan``: ``plan_cache_mode = force_custom_plan``. psycopg
-      prepares a statement after five executions, and after five more PostgreSQL may
-      switch a prepared statement to a generic plan, planned without the agent id or the
-      query's terms. For the candidate query that plan is 5-15x slower (measured at a
-      million memories: 90-380 ms instead of 13-40 ms for a 100,000-memory agent);
-      planning it afresh costs about 1 ms. Small agents keep the generic plan: it has
-      their custom plan's shape and saves that 1 ms.
-    - large agents: pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on
-      past it if needed) and the iterative scan itself.
+    For large agents:
+    - ``plan_cache_mode = force_custom_plan``. psycopg prepares a statement after five
+      executions, and after five more PostgreSQL may switch a prepared statement to a
+      generic plan, planned without the agent id. For the candidate query that plan is
+      5-15x slower (measured at a million memories: 90-380 ms instead of 13-40 ms for a
+      100,000-memory agent), and it cannot use the agent's own HNSW index
+      (``maintenance.agent_indexes``); planning afresh costs about 1 ms. The keyword
+      query does not need it: its generic plan measured as fast as its custom one.
+    - pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on past it if
+      needed) and the iterative scan itself.
+
+    The keyword query applies them on its way (``keyword_sql``), saving a round trip;
+    ``apply_settings`` does when there is no keyword query.
     """
-    settings = {}
-    if large_agent or custom_plan:
-        settings["plan_cache_mode"] = "force_custom_plan"
-    if large_agent:
-        settings["hnsw.ef_search"] = str(min(int(ef_search), 1000))
-        settings["hnsw.iterative_scan"] = "relaxed_order"
-    if not settings:
-        return
-    calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
+    if not large_agent:
+        return {}
+    return {"plan_cache_mode": "force_custom_plan",
+            "hnsw.ef_search": str(min(int(ef_search), 1000)),
+            "hnsw.iterative_scan": "relaxed_order"}
+
+
+def _settings_sql(settings: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """One expression setting every one of ``settings`` for the transaction, and its
+    parameters."""
+    calls = ", ".join(f"set_config(:cfg_n{i}, :cfg_v{i}, true)" for i in range(len(settings)))
     params = {}
     for i, (name, value) in enumerate(settings.items()):
-        params[f"n{i}"], params[f"v{i}"] = name, value
-    session.execute(text(f"SELECT {calls}"), params)
+        params[f"cfg_n{i}"], params[f"cfg_v{i}"] = name, value
+    return f"concat({calls})", params
+
+
+def apply_settings(session: Session, settings: dict[str, str]) -> None:
+    """``settings`` (from ``vector_settings``) for the rest of the transaction."""
+    if settings:
+        expression, params = _settings_sql(settings)
+        session.execute(text(f"SELECT {expression}"), params)
 
 
 def candidates(session: Session, agent_id: str, query_vector: str,
                keyword_hits: list[KeywordHit], filters: Filters, per_retriever: int, *,
                large_agent: bool) -> list[Candidate]:
     """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
-    side's hits, with raw components. Run ``vector_settings`` first."""
+    side's hits, with raw components. Apply ``vector_settings`` first
+    (``keyword_candidates`` does)."""
     sql, params = candidate_sql(agent_id, query_vector, keyword_hits, filters, per_retriever,
                                 large_agent=large_agent)
     rows = session.execute(text(sql), params).mappings().all()

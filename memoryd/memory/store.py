@@ -160,10 +160,10 @@ class MemoryStore:
         size = self._sizes.size(session, agent)
         large = size > self.settings.recall_exact_threshold
         keyword_index = size > keywords.KEYWORD_SCAN_MAX
-        recall.vector_settings(session, large_agent=large, custom_plan=keyword_index,
-                               ef_search=max(self.settings.hnsw_ef_search, per_retriever))
+        settings = recall.vector_settings(
+            large_agent=large, ef_search=max(self.settings.hnsw_ef_search, per_retriever))
         by_keyword = recall.keyword_candidates(session, agent, query, filters, per_retriever,
-                                               keyword_index=keyword_index)
+                                               keyword_index=keyword_index, settings=settings)
         vector = to_pgvector(pending.result()[0])
         return recall.candidates(session, agent, vector, by_keyword, filters, per_retriever,
                                  large_agent=large)

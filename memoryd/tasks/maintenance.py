@@ -50,8 +50,8 @@ def _make_task(job: str) -> Task:
     maintenance_task.__doc__ = (
         f"Run maintenance job {job!r} under its fleet-wide lock. Idempotent: a second run "
         "in a row changes nothing; a run that finds the lock held records 'skipped'.")
-    return app.task(name=f"memoryd.maintenance.{job}", base=MemorydTask, bind=True)(
-        maintenance_task)
+    return app.task(name=f"memoryd.maintenance.{job}", base=MemorydTask, bind=True,
+                    track_started=True)(maintenance_task)
 
 
 TASKS: dict[str, Task] = {job: _make_task(job) for job in JOBS}
