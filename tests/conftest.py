@@ -26,7 +26,7 @@ from memoryd.embedded.postgres import EmbeddedPostgres  # noqa: E402
 from memoryd.embedded.redis import EmbeddedRedis  # noqa: E402
 
 TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "memory_links",
-          "maintenance_runs", "evicted_memories")
+          "maintenance_runs", "evicted_memories", "agent_terms", "agent_term_stats")
 
 
 @pytest.fixture(scope="session")

@@ -113,7 +113,7 @@ def test_large_agent_gets_its_own_index_and_recall_uses_it(
     record = run(indexing_store, "index_agents")
     assert record.stats | {"duration_ms": 0} == {
         "agents_indexed": 1, "built": 1, "dropped": 0, "to_build": 1, "to_drop": 0,
-        "duration_ms": 0}
+        "term_counts_deleted": 0, "agents_terms_counted": 1, "duration_ms": 0}
     assert _predicates(indexing_store) == {
         index_name(BIG): f"((agent_id)::text = '{BIG}'::text)"}
     assert index_name(BIG) in _vector_plan(indexing_store, BIG)
@@ -176,3 +176,103 @@ def test_job_is_fleet_wide_and_takes_no_parameters(indexing_store: MemoryStore) 
         run_job(indexing_store, "index_agents", agent_id=BIG)
     with pytest.raises(ValidationError, match="takes none"):
         run_job(indexing_store, "index_agents", params={"min": 3})
+
+
+# --- term counts --------------------------------------------------------------------------
+def _terms(store: MemoryStore, agent: str) -> tuple[int | None, dict[str, int]]:
+    with store.session() as session:
+        n = session.execute(text("SELECT memories FROM agent_term_stats WHERE agent_id = :a"),
+                            {"a": agent}).scalar_one_or_none()
+        rows = session.execute(text("SELECT lexeme, df FROM agent_terms WHERE agent_id = :a"),
+                               {"a": agent}).all()
+    return n, {r.lexeme: r.df for r in rows}
+
+
+def _true_df(store: MemoryStore, agent: str) -> dict[str, int]:
+    with store.session() as session:
+        docs = session.execute(text(
+            "SELECT tsvector_to_array(tsv) FROM memories WHERE agent_id = :a"),
+            {"a": agent}).scalars().all()
+    df: dict[str, int] = {}
+    for lexemes in docs:
+        for lexeme in lexemes:
+            df[lexeme] = df.get(lexeme, 0) + 1
+    return df
+
+
+def test_indexed_agents_get_their_lexemes_counted(indexing_store: MemoryStore) -> None:
+    contents = [f"The {colour} kite number {i} flew over the harbour"
+                for i, colour in enumerate(["red", "blue", "green"] * 8)]
+    contents.append("A solitary zeppelin")
+    indexing_store.store_many(BIG, [{"content": c} for c in contents])
+    bulk_insert(indexing_store, SMALL, 5)
+    record = run(indexing_store, "index_agents")
+    assert record.stats["agents_terms_counted"] == 1
+    n, counted = _terms(indexing_store, BIG)
+    assert n == 25
+    truth = _true_df(indexing_store, BIG)
+    # 0.2 % of 25 memories is below 2: every lexeme held by 3 or more is counted, exactly.
+    assert counted == {lexeme: df for lexeme, df in truth.items() if df > 2}
+    assert counted["kite"] == 24 and counted["red"] == 8
+    assert "zeppelin" not in counted and truth["zeppelin"] == 1
+    assert _terms(indexing_store, SMALL) == (None, {})
+
+
+def test_rare_terms_are_left_out_of_the_counts(indexing_store: MemoryStore) -> None:
+    from memoryd.memory.maintenance.agent_indexes import count_terms
+
+    bulk_insert(indexing_store, BIG, 1500, prefix="memo")  # "memo number <i>"
+    with indexing_store.session() as session:
+        # 3 memories of 1,500 (0.2 %: rare) and 4 (not rare)
+        session.execute(text("UPDATE memories SET content = content || ' pelican' "
+                             "WHERE agent_id = :a AND content IN ('memo number 1', "
+                             "'memo number 2', 'memo number 3')"), {"a": BIG})
+        session.execute(text("UPDATE memories SET content = content || ' heron' "
+                             "WHERE agent_id = :a AND content IN ('memo number 4', "
+                             "'memo number 5', 'memo number 6', 'memo number 7')"), {"a": BIG})
+        kept = count_terms(session, BIG)
+    n, counted = _terms(indexing_store, BIG)
+    assert n == 1500
+    # "memo" and "number" are in every memory, "heron" in 4; each number and "pelican"
+    # in at most 3 of 1,500 (the rare cut is 3): left out.
+    assert counted == {"memo": 1500, "number": 1500, "heron": 4} and kept == 3
+
+
+def test_keyword_side_reads_the_counts_instead_of_sampling(
+        indexing_store: MemoryStore) -> None:
+    """Tamper with a counted frequency: the keyword score follows it, so recall read the
+    counts (a sample would have found the true frequency)."""
+    from memoryd.memory.maintenance.agent_indexes import count_terms
+
+    indexing_store.store_many(BIG, [{"content": f"The walrus ate fish number {i}"}
+                                    for i in range(30)])
+
+    def walrus_score() -> float:
+        with indexing_store.session() as session:
+            hits = rc.keyword_candidates(session, BIG, "walrus", rc.Filters(), 5,
+                                         keyword_index=True)
+        return hits[0].rank
+
+    sampled = walrus_score()
+    with indexing_store.session() as session:
+        count_terms(session, BIG)
+    assert walrus_score() == pytest.approx(sampled)  # exact counts equal the full sample
+    with indexing_store.session() as session:
+        session.execute(text("UPDATE agent_terms SET df = 1 WHERE agent_id = :a "
+                             "AND lexeme = 'walrus'"), {"a": BIG})
+    assert walrus_score() > sampled + 1
+
+
+def test_counts_go_with_the_index_and_with_the_agent(indexing_store: MemoryStore) -> None:
+    bulk_insert(indexing_store, BIG, 25)
+    bulk_insert(indexing_store, "agent-other", 25)
+    run(indexing_store, "index_agents")
+    assert _terms(indexing_store, BIG)[0] == 25
+    indexing_store.forget_agent(BIG)
+    assert _terms(indexing_store, BIG) == (None, {})
+    assert _terms(indexing_store, "agent-other")[0] == 25
+    with indexing_store.session() as session:
+        session.execute(text("DELETE FROM memories WHERE agent_id = 'agent-other'"))
+    record = run(indexing_store, "index_agents")
+    assert record.stats["term_counts_deleted"] == 1
+    assert _terms(indexing_store, "agent-other") == (None, {})

@@ -19,9 +19,9 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0006"
+HEAD = "0007"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
-          "maintenance_runs", "evicted_memories"}
+          "maintenance_runs", "evicted_memories", "agent_term_stats", "agent_terms"}
 
 
 def _admin_dsn(server: EmbeddedPostgres) -> str:

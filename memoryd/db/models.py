@@ -18,6 +18,7 @@ from sqlalchemy import (
     Computed,
     DateTime,
     Float,
+    ForeignKey,
     Index,
     Integer,
     String,
@@ -169,3 +170,25 @@ class EvictedMemoryRow(Base):
     # The memory row as JSON (every column but the embedding and tsvector).
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=True)
+
+
+class AgentTermStatsRow(Base):
+    """Per large agent: how many memories its lexeme counts (``agent_terms``) cover."""
+
+    __tablename__ = "agent_term_stats"
+
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    memories: Mapped[int] = mapped_column(Integer, nullable=False)
+    counted_at: Mapped[datetime] = _now()
+
+
+class AgentTermRow(Base):
+    """A lexeme held by more than 0.2 % of a large agent's memories, and in how many."""
+
+    __tablename__ = "agent_terms"
+
+    agent_id: Mapped[str] = mapped_column(
+        String(255), ForeignKey("agent_term_stats.agent_id", ondelete="CASCADE"),
+        primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    df: Mapped[int] = mapped_column(Integer, nullable=False)

@@ -17,8 +17,16 @@ MAX_TERMS = 32
 _MAX_PAIR_TERMS = 6  # pairs among the 6 rarest terms: 15 at most
 _STRICT_FACTOR = 10
 _MIN_POOL = 500
-_DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies
-_RARE_IN_SAMPLE = 2
+_DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies, if not counted
+# A term held by at most this share of the agent's memories (and at least by 2) is rare:
+# searched alone. The ``index_agents`` job counts (in ``agent_terms``) only the others.
+RARE_SHARE = 0.002
+RARE_MIN = 2
+
+
+def rare_cut(n: str) -> str:
+    """SQL for the most memories, of ``n``, a rare term is held by."""
+    return f"greatest({n} * {RARE_SHARE}, {RARE_MIN})"
 KEYWORD_SCAN_MAX = 2_000  # above this many memories, the keyword side uses the GIN index
 # The expression of ix_memories_agent_lexemes (migration 0006): the memory's lexemes,
 # each prefixed with its agent's key, so one GIN posting list per (agent, lexeme).
@@ -95,12 +103,14 @@ def large_cte(where: str) -> str:
     index keyed by (agent, lexeme) (``AGENT_LEXEMES``), so each reads only the entries
     of the agent's memories holding the words searched:
 
-    - document frequencies are estimated on a sample of ``_DF_SAMPLE`` of the agent's
-      memories (the first ones its agent_id index yields), not counted over all of them;
+    - document frequencies come from ``agent_terms``, counted over all of the agent's
+      memories by the hourly ``index_agents`` job for the agents it indexes (a term not
+      there is rare: df 0); for other agents they are estimated on a sample of
+      ``_DF_SAMPLE`` of its memories (the first ones its agent_id index yields);
     - one search (exact stems) finds at most ``_STRICT_FACTOR`` x ``k`` (at least
       ``_MIN_POOL``) memories holding two or more of the ``_MAX_PAIR_TERMS`` rarest
-      terms, or a rare one (at most ``_RARE_IN_SAMPLE`` hits in the sample): the memories that
-      can score high;
+      terms, or a rare one (held by at most ``RARE_SHARE`` of the memories, or 2): the
+      memories that can score high;
     - a second search adds ``k`` memories holding the rarest of the other terms (a name,
       typically: they outscore memories holding one commoner term);
     - only if those find fewer than ``k``, a last search adds up to ``k`` memories
@@ -111,14 +121,23 @@ def large_cte(where: str) -> str:
     return f"""
         lex AS (
             SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{MAX_TERMS}] AS l)
+        , counted AS MATERIALIZED (
+            SELECT c.memories AS n FROM agent_term_stats c WHERE c.agent_id = :agent_id)
         , sample AS MATERIALIZED (
-            SELECT m.tsv FROM memories m WHERE m.agent_id = :agent_id LIMIT {_DF_SAMPLE})
+            SELECT m.tsv FROM memories m
+            WHERE m.agent_id = :agent_id AND NOT EXISTS (SELECT 1 FROM counted)
+            LIMIT {_DF_SAMPLE})
         , idf AS MATERIALIZED (
-            SELECT t.a, t.ex, t.key, d.df, {_idf("d.df", "n.n")} AS w
+            SELECT t.a, t.ex, t.key, d.df, {_idf("d.df", "n.n")} AS w,
+                   d.df <= {rare_cut("n.n")} AS rare
             FROM (SELECT a, CAST(quote_literal(a) AS tsquery) AS ex, {_KEY_PREFIX} || a AS key
                   FROM lex, unnest(lex.l) AS a) t,
-                 (SELECT count(*) AS n FROM sample) n,
-                 LATERAL (SELECT count(*) AS df FROM sample s WHERE s.tsv @@ t.ex) d)
+                 (SELECT coalesce((SELECT c.n FROM counted c),
+                                  (SELECT count(*) FROM sample)) AS n) n,
+                 LATERAL (SELECT CASE WHEN EXISTS (SELECT 1 FROM counted)
+                     THEN coalesce((SELECT g.df FROM agent_terms g
+                                    WHERE g.agent_id = :agent_id AND g.lexeme = t.a), 0)
+                     ELSE (SELECT count(*) FROM sample s WHERE s.tsv @@ t.ex) END AS df) d)
         , rarest AS (SELECT key FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})
         , wanted AS (
             SELECT CAST(string_agg(p, ' | ') AS tsquery) AS q,
@@ -127,7 +146,7 @@ def large_cte(where: str) -> str:
             FROM (SELECT format('(%L & %L)', x.key, y.key) AS p
                   FROM rarest x, rarest y WHERE x.key < y.key
                   UNION ALL
-                  SELECT quote_literal(key) FROM idf WHERE df <= {_RARE_IN_SAMPLE}) s)
+                  SELECT quote_literal(key) FROM idf WHERE rare) s)
         , kw_found AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m, wanted
             WHERE {_SAME_AGENT} AND {AGENT_LEXEMES} @@ wanted.q AND {where}
@@ -135,7 +154,7 @@ def large_cte(where: str) -> str:
         , kw_rarest AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m,
                    (SELECT CAST(quote_literal(key) AS tsquery) AS q FROM idf
-                    WHERE df > {_RARE_IN_SAMPLE} ORDER BY df, a LIMIT 1) r
+                    WHERE NOT rare ORDER BY df, a LIMIT 1) r
             WHERE {_SAME_AGENT} AND {AGENT_LEXEMES} @@ r.q AND {where}
               AND m.id NOT IN (SELECT id FROM kw_found)
             LIMIT :k)

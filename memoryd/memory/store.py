@@ -335,8 +335,9 @@ class MemoryStore:
             if n < batch_size:
                 break
         with self.session() as session:
+            # agent_term_stats: its lexeme counts go with it (agent_terms cascades).
             for table in ("memory_links", "sessions", "kg_relations", "kg_entities",
-                          "evicted_memories"):
+                          "evicted_memories", "agent_term_stats"):
                 session.execute(text(f"DELETE FROM {table} WHERE agent_id = :a"), {"a": agent})
         return deleted
 

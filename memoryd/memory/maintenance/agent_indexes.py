@@ -19,6 +19,12 @@ run builds the rest.
 
 Costs: each indexed agent's writes also go into its own graph, and every statement on
 ``memories`` is planned against one more index (hence the cap).
+
+The same run counts the document frequencies of the indexed agents' lexemes
+(``agent_terms``, migration 0007) for the keyword side of their recalls, which otherwise
+estimates them on a sample at every call (``keywords.large_cte``): one ``ts_stat`` pass
+over the agent's memories (about 0.3 s per 100,000), keeping the terms that are not rare
+(``keywords.rare_cut``). Counts of agents no longer indexed are deleted.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
 
 from memoryd.errors import ValidationError
+from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.base import JobContext, JobOutcome, job
 
 INDEX_PREFIX = "ix_memories_agent_hnsw_"
@@ -114,6 +122,35 @@ def _build(conn: Connection, agent_id: str) -> None:
     conn.execute(text(_INDEX_SQL.format(name=f'"{index_name(agent_id)}"', agent=literal)))
 
 
+def count_terms(session: Session, agent_id: str) -> int:
+    """Count ``agent_id``'s lexemes afresh into ``agent_terms`` (in the caller's
+    transaction): the terms that are not rare (``keywords.rare_cut``). Returns the
+    terms kept."""
+    memories = int(session.execute(text(
+        "SELECT count(*) FROM memories WHERE agent_id = :a"), {"a": agent_id}).scalar_one())
+    session.execute(text("""
+        INSERT INTO agent_term_stats (agent_id, memories, counted_at) VALUES (:a, :n, now())
+        ON CONFLICT (agent_id) DO UPDATE SET memories = excluded.memories,
+                                             counted_at = excluded.counted_at
+    """), {"a": agent_id, "n": memories})
+    session.execute(text("DELETE FROM agent_terms WHERE agent_id = :a"), {"a": agent_id})
+    kept = session.execute(text(f"""
+        INSERT INTO agent_terms (agent_id, lexeme, df)
+        SELECT :a, word, ndoc FROM ts_stat(
+            format('SELECT tsv FROM memories WHERE agent_id = %L', CAST(:a AS text)))
+        WHERE ndoc > {rare_cut("CAST(:n AS integer)")}
+    """), {"a": agent_id, "n": memories})
+    return int(getattr(kept, "rowcount", 0) or 0)
+
+
+def forget_terms(session: Session, keep: list[str]) -> int:
+    """Delete the term counts of every agent not in ``keep``; how many agents'."""
+    gone = session.execute(text(
+        "DELETE FROM agent_term_stats WHERE agent_id <> ALL(CAST(:keep AS text[]))"),
+        {"keep": keep})
+    return int(getattr(gone, "rowcount", 0) or 0)
+
+
 def _build_settings(conn: Connection) -> None:
     # A build takes as long as it takes (the engine's per-statement timeout would cancel
     # a large agent's build and leave an invalid index to retry forever). The connection
@@ -158,4 +195,13 @@ def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
         _build(conn, agent)
         stats["built"] += 1
         stats["agents_indexed"] += 1
+    with ctx.store.session() as session:
+        stats["term_counts_deleted"] = forget_terms(session, todo.keep + todo.build)
+    stats["agents_terms_counted"] = 0
+    for agent in todo.keep + todo.build:
+        if ctx.out_of_time():
+            return JobOutcome(stats, complete=False)
+        with ctx.store.session() as session:  # one transaction per agent
+            count_terms(session, agent)
+        stats["agents_terms_counted"] += 1
     return JobOutcome(stats)
