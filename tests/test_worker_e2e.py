@@ -248,13 +248,13 @@ def test_worker_side_validation_error_arrives_as_memoryd_type(worker_broker_url:
         app.close()
 
 
-def test_recall_times_out_with_memoryd_error(client: MemoryClient, agent_id: str,
+def test_recall_times_out_with_memoryd_error(agent_id: str,
                                              unconsumed: tuple[MemoryClient, redis.Redis]
                                              ) -> None:
-    with pytest.raises(MemorydTimeoutError):
-        client.recall(agent_id, "anything", timeout=0.001)
-
-    # A queue nobody consumes: the call gives up after its timeout, not later.
+    # A queue nobody consumes: the call gives up after its timeout, not later. (Celery
+    # checks the deadline between waits for messages, so a result that arrives during the
+    # first wait is returned even past a tiny timeout: only a job that does not finish
+    # can be relied on to time out.)
     c, raw = unconsumed
     started = time.monotonic()
     with pytest.raises(MemorydTimeoutError) as caught:
