@@ -224,12 +224,15 @@ def top_indices(scores: np.ndarray, k: int) -> list[int]:
 def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dict[str, Any]:
     from rank_bm25 import BM25Okapi
 
-    from memoryd.memory.embeddings import get_embedder
+    from memoryd.memory.embeddings import get_embedder, get_query_embedder
     from memoryd.memory.store import CANDIDATE_FACTOR, MemoryStore
 
     watch = Stopwatch()
     embedder = CachingEmbedder(get_embedder())
-    store = MemoryStore(database_url, embedder=embedder)
+    # memoryd embeds questions as it would in service (the int8 rendition by default);
+    # the cosine baseline uses the stored model for both sides.
+    query_embedder = CachingEmbedder(get_query_embedder())
+    store = MemoryStore(database_url, embedder=embedder, query_embedder=query_embedder)
     run_tag = uuid.uuid4().hex[:8]
     agents: list[str] = []
     rows: list[dict[str, Any]] = []
@@ -243,6 +246,7 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
             embedder.warm(all_turns, desc="embed turns")
         with watch("embed_questions"):
             embedder.warm(all_questions, desc="embed questions")
+            query_embedder.warm(all_questions, desc="embed questions (recall)")
 
         # Store every turn through the public API, in batches.
         dia_by_memory: dict[str, dict[uuid.UUID, list[str]]] = {}
@@ -306,7 +310,9 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
         config = {**settings.weights(), "recall_fusion": settings.recall_fusion,
                   "recall_context_weight": settings.recall_context_weight,
                   "candidate_factor": CANDIDATE_FACTOR,
-                  "recall_exact_threshold": settings.recall_exact_threshold}
+                  "recall_exact_threshold": settings.recall_exact_threshold,
+                  "embed_int8": settings.embed_int8,
+                  "query_embed_int8": settings.query_embed_int8}
     finally:
         # Leave a shared database as we found it; never mask the error that got us here.
         with contextlib.suppress(Exception):

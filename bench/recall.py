@@ -95,10 +95,10 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
 
     embed_ms, sql_ms, vectors = [], [], []
     for q in qs[:WARMUP]:
-        store.embedder.embed([q])
+        store.query_embedder.embed([q])
     for q in progress(qs, desc=f"floor embed {agent}", unit="query"):
         start = time.perf_counter()
-        vector = store.embedder.embed([q])[0]
+        vector = store.query_embedder.embed([q])[0]
         embed_ms.append((time.perf_counter() - start) * 1000)
         vectors.append(to_pgvector(vector))
     with store.engine.connect() as conn:
@@ -134,7 +134,7 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
     ef = max(store.settings.hnsw_ef_search, k)
     for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
         marks = [time.perf_counter()]
-        vector = to_pgvector(store.embedder.embed([q])[0])
+        vector = to_pgvector(store.query_embedder.embed([q])[0])
         marks.append(time.perf_counter())
         with store.session() as session:
             size = store._sizes.size(session, agent)
@@ -185,7 +185,7 @@ def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
     from memoryd.memory.embeddings import to_pgvector
     from memoryd.memory.store import CANDIDATE_FACTOR
 
-    vector = to_pgvector(store.embedder.embed([query])[0])
+    vector = to_pgvector(store.query_embedder.embed([query])[0])
     k = CANDIDATE_FACTOR * 10
     with store.session() as session:
         size = store._sizes.size(session, agent)

@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     embed_threads: int = Field(0, ge=0, description="onnxruntime threads; 0 = all cores")
     embed_int8: bool = Field(False, description="run the embedding model's weight products "
                                                  "on int8 kernels (see memory/embeddings.py)")
+    query_embed_int8: bool = Field(
+        True, description="embed recall queries with the int8 rendition (stored memories "
+                          "keep the model embed_int8 chooses)")
 
     # --- worker -----------------------------------------------------------------
     task_soft_time_limit_s: int = Field(240, gt=0)

@@ -14,8 +14,16 @@ and one text in 2 ms instead of 5; vectors within 0.7 % cosine of the wheel's on
 average (2 % at worst in a 1,024-sentence sample). LoCoMo recall is unchanged, but
 near-duplicates come out about 0.01 less similar (a trailing "!" instead of "." gives
 0.943-0.976 instead of 0.954-0.982), so consolidation, which merges at 0.95, merges
-fewer of them: opt-in, not the default. Vectors of the two models should not be mixed
-in one store (switch on a new store, or re-embed).
+fewer of them: opt-in, not the default. Stored vectors of the two models should not be
+mixed in one store (switch on a new store, or re-embed).
+
+Recall queries are another matter (``get_query_embedder``, ``MEMORYD_QUERY_EMBED_INT8``,
+on by default): a query's vector is only compared with stored ones and ranked relative
+to the best candidate, never held against a threshold, and its int8 vector is within
+1 % cosine of the wheel's (0.992 at worst over 50 questions). On LoCoMo, int8 questions
+against float32 turns score recall@10 0.728, the float32 questions 0.724; the query
+embedding, on recall's critical path, takes 2.6-2.8 ms instead of 6.6 (same moment,
+same core).
 """
 
 from __future__ import annotations
@@ -185,6 +193,30 @@ def get_embedder() -> Embedder:
 def set_embedder(embedder: Embedder | None) -> None:
     global _default  # noqa: PLW0603
     _default = embedder
+
+
+_query: Embedder | None = None
+
+
+def get_query_embedder() -> Embedder:
+    """The process-wide embedder of recall queries: the int8 rendition on one thread
+    (``MEMORYD_QUERY_EMBED_INT8``, the default; derived on first use, about 3 s, then
+    cached on disk), or ``get_embedder()`` when that already is int8 or the setting is off."""
+    global _query  # noqa: PLW0603 - named, resettable process global
+    from memoryd.config import get_settings
+
+    settings = get_settings()
+    if settings.embed_int8 or not settings.query_embed_int8:
+        return get_embedder()
+    with _default_lock:
+        if _query is None:
+            _query = MiniLMEmbedder(threads=1, int8=True)
+        return _query
+
+
+def set_query_embedder(embedder: Embedder | None) -> None:
+    global _query  # noqa: PLW0603
+    _query = embedder
 
 
 def to_pgvector(vector: npt.NDArray[np.float32]) -> str:

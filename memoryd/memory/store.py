@@ -24,7 +24,12 @@ from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import LLMError, NotFound, ValidationError
 from memoryd.memory import graph, keywords, recall, scoring, sessions, writes
-from memoryd.memory.embeddings import Embedder, get_embedder, to_pgvector
+from memoryd.memory.embeddings import (
+    Embedder,
+    get_embedder,
+    get_query_embedder,
+    to_pgvector,
+)
 from memoryd.memory.recall import Filters
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.types import (
@@ -58,7 +63,8 @@ class MemoryStore:
     """Memories, sessions and a knowledge graph per agent, in one PostgreSQL database."""
 
     def __init__(self, database_url: str | None = None, *, engine: Engine | None = None,
-                 embedder: Embedder | None = None, settings: Settings | None = None) -> None:
+                 embedder: Embedder | None = None, query_embedder: Embedder | None = None,
+                 settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
         if engine is None:
             from memoryd.db.engine import database_url as configured_url
@@ -66,6 +72,8 @@ class MemoryStore:
             engine = make_engine(database_url or configured_url())
         self.engine = engine
         self._embedder = embedder
+        # An injected embedder also embeds the queries, unless a query embedder is given.
+        self._query_embedder = query_embedder or embedder
         self._sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
         self._embedded: Any = None
         self._helpers: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
@@ -84,9 +92,17 @@ class MemoryStore:
 
     @property
     def embedder(self) -> Embedder:
+        """Embeds what is stored."""
         if self._embedder is None:
             self._embedder = get_embedder()
         return self._embedder
+
+    @property
+    def query_embedder(self) -> Embedder:
+        """Embeds recall queries (by default the int8 rendition: ``get_query_embedder``)."""
+        if self._query_embedder is None:
+            self._query_embedder = get_query_embedder()
+        return self._query_embedder
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe concurrently)."""
@@ -178,7 +194,7 @@ class MemoryStore:
                 self._helpers = (os.getpid(), ThreadPoolExecutor(
                     max_workers=EMBED_THREADS, thread_name_prefix="memoryd-embed"))
             pool = self._helpers[1]
-        return pool.submit(self.embedder.embed, [text])
+        return pool.submit(self.query_embedder.embed, [text])
 
     def _rank(self, found: list[scoring.Candidate], neighbours: Mapping[Any, builtins.list[Any]],
               *, keep: int | None = None) -> builtins.list[Recalled]:
