@@ -4,7 +4,7 @@ The shared HNSW index serves every agent through a filtered scan: to find an age
 k nearest memories, pgvector's iterative scan walks the whole fleet's graph and drops
 the other agents' rows, about k / (the agent's share of the table) of them. For a
 100,000-memory agent in a million that is ten rows read per row kept (measured at 1M:
-7.5 ms for the candidate scan instead of 1.8 ms through an index of its own). pgvector's
+7.5 ms for the HNSW scan instead of 2.0 ms through an index of its own). pgvector's
 documented answer is a partial index per filter value; PostgreSQL maintains it on every
 write and the planner picks it for that agent's queries (recall plans large agents'
 queries with their agent id: ``recall.vector_settings``), so recall's SQL is unchanged.
