@@ -390,13 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def index_large_agents(url: str) -> dict[str, Any]:
-    """Run the ``index_agents`` job as the hourly schedule would have (a no-op on a kept
-    cluster that has its indexes): the big agent gets its own HNSW index."""
+    """Bring a kept cluster to the current schema, then run the ``index_agents`` job as
+    the hourly schedule would have (a no-op on a kept cluster that has its indexes): the
+    big agent gets its own HNSW index and counted term frequencies."""
     from memoryd.memory.maintenance import run_job
     from memoryd.memory.store import MemoryStore
 
     store = MemoryStore(url)
     try:
+        store.migrate()
         record = run_job(store, "index_agents", time_budget_s=3600)
     finally:
         store.close()

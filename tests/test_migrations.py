@@ -19,7 +19,7 @@ from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 
-HEAD = "0007"
+HEAD = "0008"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_term_stats", "agent_terms"}
 
@@ -385,3 +385,28 @@ def test_downgrade_to_0005_restores_the_agent_tsvector_index(fresh_db: Any) -> N
     assert "ix_memories_agent_lexemes" not in indexes
     migrations.upgrade(engine)
     assert "ix_memories_agent_lexemes" in _indexes(engine)
+
+
+def test_lexeme_index_keeps_no_pending_list(fresh_db: Any) -> None:
+    # Every search would read the whole pending list: inserts go into the index itself.
+    _, engine = fresh_db()
+    migrations.upgrade(engine)
+    _insert(engine, [f"Pending list check number {i}" for i in range(50)])
+
+    def state() -> tuple[Any, int]:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE EXTENSION IF NOT EXISTS pgstattuple"))
+            options = conn.execute(text(
+                "SELECT reloptions FROM pg_class WHERE relname = 'ix_memories_agent_lexemes'"
+            )).scalar_one()
+            pending = conn.execute(text(
+                "SELECT pending_tuples FROM pgstatginindex('ix_memories_agent_lexemes')"
+            )).scalar_one()
+        return options, int(pending)
+
+    assert state() == (["fastupdate=off"], 0)
+    migrations.downgrade(engine, "0007")
+    _insert(engine, [f"Pending again number {i}" for i in range(50)])
+    assert state()[0] is None and state()[1] > 0  # the default: a pending list
+    migrations.upgrade(engine)
+    assert state() == (["fastupdate=off"], 0)  # and the upgrade merged it
