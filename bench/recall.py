@@ -210,6 +210,42 @@ def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
     return {"large_agent": large, "indexes": used, "plan": lines}
 
 
+COVERAGE_QUERIES = 100
+
+
+def keyword_coverage(store: Any, agent: str, qs: Sequence[str], k: int = 30) -> dict[str, Any]:
+    """How much of the exhaustive keyword ranking the large-agent keyword side finds: for
+    each query, the share of the top-``k`` scores over every memory of the agent holding
+    a query term (same weights) that its bounded searches return."""
+    from collections import Counter
+
+    from memoryd.memory import keywords
+    from memoryd.memory import recall as rc
+
+    where = rc.Filters().sql()
+    exhaustive = text(f"""WITH {keywords.large_cte(where)}
+        SELECT (SELECT sum(i.w) FROM idf i WHERE m.tsv @@ i.ex) AS rank
+        FROM memories m, wanted
+        WHERE {keywords._SAME_AGENT} AND {keywords.AGENT_LEXEMES} @@ wanted.any_q AND {where}
+        ORDER BY 1 DESC LIMIT :k""")
+    shares = []
+    for q in progress(qs[:COVERAGE_QUERIES], desc=f"keyword coverage {agent}", unit="query"):
+        words = keywords.query_words(q)
+        if not words:
+            continue
+        with store.session() as session:
+            best = Counter(round(float(r), 5) for r in session.execute(
+                exhaustive, {"agent_id": agent, "k": k, "words": words}).scalars())
+            found = Counter(round(h.rank, 5) for h in rc.keyword_candidates(
+                session, agent, q, rc.Filters(), k, keyword_index=True))
+        if best:
+            shares.append(sum((best & found).values()) / sum(best.values()))
+    return {"queries": len(shares), "k": k,
+            "mean_share": round(float(np.mean(shares)), 3) if shares else None,
+            "min_share": round(float(np.min(shares)), 3) if shares else None,
+            "all_found": round(float(np.mean([x == 1 for x in shares])), 3) if shares else None}
+
+
 # --- the client path ---------------------------------------------------------------
 @contextmanager
 def worker_client(url: str, workdir: Path) -> Iterator[Any]:
@@ -320,6 +356,9 @@ def breakdown_table(report: dict[str, Any]) -> str:
         for part, stats in block["breakdown_ms"].items():
             rows.append([agent_label, part, stats.get("p50"), stats.get("p95")])
         rows.append([agent_label, "plan: indexes used", ", ".join(block["plan"]["indexes"]), ""])
+        cover = block.get("keyword_coverage") or {}
+        rows.append([agent_label, "keyword side: share of exhaustive top-30 found (mean, min)",
+                     cover.get("mean_share"), cover.get("min_share")])
     return format_table(["agent", "in-process recall part", "p50 ms", "p95 ms"], rows,
                         digits=2)
 
@@ -423,7 +462,9 @@ def run_all(url: str, info: seeding.SeedInfo, args: argparse.Namespace, workdir:
                 floor = measure_floor(store, agent, qs)
                 breakdown = measure_breakdown(store, agent, qs)
                 breakdown["touch_if_not_hot"] = measure_non_hot_touch(store, agent, qs)
+                coverage = keyword_coverage(store, agent, qs)
             results[label] = {"agent": agent, "plan": plan, "breakdown_ms": breakdown,
+                              "keyword_coverage": coverage,
                               "latency_ms": {
                                   "in-process": percentiles(inproc),
                                   "floor embed": percentiles(floor["embed"]),

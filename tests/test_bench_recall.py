@@ -65,6 +65,8 @@ def test_recall_benchmark_end_to_end(tmp_path: Path) -> None:
             assert 0 < stats["p50"] <= stats["p95"] <= stats["p99"]
         assert block["plan"]["plan"] and block["plan"]["large_agent"] is False
         assert set(block["breakdown_ms"]) >= {"embed", "candidates", "touch"}
+        cover = block["keyword_coverage"]
+        assert cover["queries"] > 0 and 0 < cover["min_share"] <= cover["mean_share"] <= 1
 
     # --keep: the second run reuses the seeded cluster instead of seeding again.
     assert (keep / scale.SEED_FILE).exists()
