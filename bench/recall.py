@@ -226,7 +226,7 @@ def keyword_coverage(store: Any, agent: str, qs: Sequence[str], k: int = 30) -> 
     exhaustive = text(f"""WITH {keywords.large_cte(where)}
         SELECT (SELECT sum(i.w) FROM idf i WHERE m.tsv @@ i.ex) AS rank
         FROM memories m, wanted
-        WHERE {keywords._SAME_AGENT} AND {keywords.AGENT_LEXEMES} @@ wanted.any_q AND {where}
+        WHERE {keywords.SAME_AGENT} AND {keywords.AGENT_LEXEMES} @@ wanted.any_q AND {where}
         ORDER BY 1 DESC LIMIT :k""")
     shares = []
     for q in progress(qs[:COVERAGE_QUERIES], desc=f"keyword coverage {agent}", unit="query"):

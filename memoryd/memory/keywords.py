@@ -22,11 +22,6 @@ _DF_SAMPLE = 1000  # memories sampled for a large agent's term frequencies, if n
 # searched alone. The ``index_agents`` job counts (in ``agent_terms``) only the others.
 RARE_SHARE = 0.002
 RARE_MIN = 2
-
-
-def rare_cut(n: str) -> str:
-    """SQL for the most memories, of ``n``, a rare term is held by."""
-    return f"greatest({n} * {RARE_SHARE}, {RARE_MIN})"
 KEYWORD_SCAN_MAX = 2_000  # above this many memories, the keyword side uses the GIN index
 # The expression of ix_memories_agent_lexemes (migration 0006): the memory's lexemes,
 # each prefixed with its agent's key, so one GIN posting list per (agent, lexeme).
@@ -35,7 +30,12 @@ _KEY_PREFIX = "left(md5(:agent_id), 12)"
 # The agent filter of those searches, as a recheck only: written as a plain equality,
 # the planner ANDs the search with a scan of an agent_id index (every memory of the
 # agent), which the key prefix makes useless.
-_SAME_AGENT = "(m.agent_id = :agent_id) IS TRUE"
+SAME_AGENT = "(m.agent_id = :agent_id) IS TRUE"
+
+
+def rare_cut(n: str) -> str:
+    """SQL for the most memories, of ``n``, a rare term is held by."""
+    return f"greatest({n} * {RARE_SHARE}, {RARE_MIN})"
 
 
 def query_words(query: str) -> str:
@@ -159,7 +159,7 @@ def large_cte(where: str) -> str:
                   FROM (SELECT q, expected FROM searches ORDER BY expected) s
                   CROSS JOIN LATERAL (
                       SELECT m.id, m.tsv FROM memories m
-                      WHERE {_SAME_AGENT} AND {AGENT_LEXEMES} @@ s.q AND {where}
+                      WHERE {SAME_AGENT} AND {AGENT_LEXEMES} @@ s.q AND {where}
                       LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL})) f
                   LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL})) f
             ORDER BY f.id)
@@ -167,13 +167,13 @@ def large_cte(where: str) -> str:
             SELECT m.id, m.tsv FROM memories m,
                    (SELECT CAST(quote_literal(key) AS tsquery) AS q FROM idf
                     WHERE NOT rare ORDER BY df, a LIMIT 1) r
-            WHERE {_SAME_AGENT} AND {AGENT_LEXEMES} @@ r.q AND {where}
+            WHERE {SAME_AGENT} AND {AGENT_LEXEMES} @@ r.q AND {where}
               AND m.id NOT IN (SELECT id FROM kw_found)
             LIMIT :k)
         , kw_fill AS (
             SELECT m.id, m.tsv FROM memories m, wanted
             WHERE (SELECT count(*) FROM kw_found) + (SELECT count(*) FROM kw_rarest) < :k
-              AND {_SAME_AGENT} AND {AGENT_LEXEMES} @@ wanted.any_q AND {where}
+              AND {SAME_AGENT} AND {AGENT_LEXEMES} @@ wanted.any_q AND {where}
               AND m.id NOT IN (SELECT id FROM kw_found UNION ALL SELECT id FROM kw_rarest)
             LIMIT :k)
         , kw AS (
