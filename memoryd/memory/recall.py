@@ -20,9 +20,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session
 
 from memoryd.memory import keywords
@@ -31,6 +32,14 @@ from memoryd.memory.scoring import Candidate
 
 SIZE_CACHE_SECONDS = 60.0
 _CONTEXT_MAX_MESSAGES = 5_000
+
+
+@lru_cache(maxsize=512)
+def statement(sql: str) -> TextClause:
+    """``text(sql)``, built once per distinct SQL string: building it parses the string
+    for bind parameters, a cost recall would otherwise pay on each of its statements.
+    The strings vary only with the filters used and the agent's size class."""
+    return text(sql)
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,7 @@ class AgentSizeCache:
         if hit and now - hit[0] < SIZE_CACHE_SECONDS:
             return hit[1]
         # Counting stops at threshold + 1 rows: cheap for every agent size.
-        count = int(session.execute(text(
+        count = int(session.execute(statement(
             "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
             {"a": agent_id, "n": self.threshold + 1}).scalar_one())
         with self._lock:
@@ -129,7 +138,7 @@ def keyword_candidates(session: Session, agent_id: str, query: str, filters: Fil
     if built is None:
         apply_settings(session, settings or {})
         return []
-    rows = session.execute(text(built[0]), built[1]).all()
+    rows = session.execute(statement(built[0]), built[1]).all()
     return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
 
 
@@ -214,7 +223,7 @@ def apply_settings(session: Session, settings: dict[str, str]) -> None:
     """``settings`` (from ``vector_settings``) for the rest of the transaction."""
     if settings:
         expression, params = _settings_sql(settings)
-        session.execute(text(f"SELECT {expression}"), params)
+        session.execute(statement(f"SELECT {expression}"), params)
 
 
 def candidates(session: Session, agent_id: str, query_vector: str,
@@ -225,7 +234,7 @@ def candidates(session: Session, agent_id: str, query_vector: str,
     (``keyword_candidates`` does)."""
     sql, params = candidate_sql(agent_id, query_vector, keyword_hits, filters, per_retriever,
                                 large_agent=large_agent)
-    rows = session.execute(text(sql), params).mappings().all()
+    rows = session.execute(statement(sql), params).mappings().all()
     return [
         Candidate(row=row, semantic=float(row["semantic"]),
                   keyword_raw=float(row["keyword_raw"]),
@@ -251,7 +260,7 @@ def session_neighbours(session: Session, agent_id: str,
     shared = {sid: ids for sid, ids in by_session.items() if len(ids) > 1}
     if not shared:
         return {}
-    rows = session.execute(text("""
+    rows = session.execute(statement("""
         SELECT s.session_id, e.msg ->> 'id' AS id, e.pos
         FROM sessions s
         CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
@@ -279,7 +288,7 @@ def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
     counts, never a memory. Setting it here rather than up front saves a round trip.
     """
     if ids:
-        session.execute(text("""
+        session.execute(statement("""
             UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
             WHERE agent_id = :agent_id AND id = ANY(:ids)
               AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL

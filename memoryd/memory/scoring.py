@@ -6,10 +6,11 @@ with a fixed clock; the database only produces candidates and raw components.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from memoryd.memory.classify import HALF_LIFE_DAYS
 from memoryd.types import ScoreComponents
@@ -27,6 +28,20 @@ class Candidate:
     keyword_rank: int | None
 
 
+class Parts(NamedTuple):
+    """A candidate's components (``ScoreComponents`` without the context): a plain tuple,
+    since recall scores every candidate and returns only the best few."""
+
+    semantic: float
+    keyword: float
+    recency: float
+    importance: float
+    confidence: float
+
+    def public(self, context: float) -> ScoreComponents:
+        return ScoreComponents(**self._asdict(), context=context)
+
+
 def recency(created_at: datetime, category: str, now: datetime) -> float:
     """0.5 ** (age_days / half_life); decisions (no half-life) never decay."""
     half_life = HALF_LIFE_DAYS.get(category)
@@ -36,7 +51,7 @@ def recency(created_at: datetime, category: str, now: datetime) -> float:
     return float(0.5 ** (age_days / half_life))
 
 
-def components(candidates: Sequence[Candidate], now: datetime) -> list[ScoreComponents]:
+def components(candidates: Sequence[Candidate], now: datetime) -> list[Parts]:
     """Each candidate's components. Semantic and keyword are both relative to the best
     candidate (its cosine, clipped to 0..1, and its keyword score are 1.0): the two
     retrievers' raw scores live on different scales (MiniLM cosines of related texts
@@ -45,7 +60,7 @@ def components(candidates: Sequence[Candidate], now: datetime) -> list[ScoreComp
     best_semantic = max((_clip(c.semantic) for c in candidates), default=0.0)
     best_keyword = max((c.keyword_raw for c in candidates), default=0.0)
     return [
-        ScoreComponents(
+        Parts(
             semantic=_ratio(_clip(c.semantic), best_semantic),
             keyword=_ratio(c.keyword_raw, best_keyword),
             recency=recency(c.row["created_at"], str(c.row["category"]), now),
@@ -64,11 +79,17 @@ def _ratio(value: float, best: float) -> float:
     return value / best if best > 0 else 0.0
 
 
-def weighted(parts: ScoreComponents, weights: Mapping[str, float]) -> float:
-    return float(sum(weights[name] * float(getattr(parts, name)) for name in weights))
+def weight_vector(weights: Mapping[str, float]) -> Parts:
+    """``weights`` (by component name) in the order of ``Parts``, for ``weighted``."""
+    return Parts(**{name: float(weights[name]) for name in Parts._fields})
 
 
-def rrf(candidate: Candidate, parts: ScoreComponents, weights: Mapping[str, float]) -> float:
+def weighted(parts: Parts, weights: Parts) -> float:
+    """The weighted sum of ``parts`` (``weights`` from ``weight_vector``)."""
+    return float(sum(map(operator.mul, parts, weights)))
+
+
+def rrf(candidate: Candidate, parts: Parts, weights: Mapping[str, float]) -> float:
     """Weighted reciprocal-rank fusion of the vector and keyword rankings.
 
     Scaled so that first place in both lists scores 1.0. The priors (recency,
@@ -91,6 +112,8 @@ def with_context(scores: Mapping[Any, float], neighbours: Mapping[Any, Sequence[
     """Each candidate's (final score, context): context is the best own score among its
     session neighbours (0 if none), and the final score adds ``weight`` x context. Own
     scores, not final ones, are lent, so a run of adjacent turns cannot pump itself up."""
+    if not neighbours:
+        return {key: (own, 0.0) for key, own in scores.items()}
     out = {}
     for key, own in scores.items():
         context = max((scores[n] for n in neighbours.get(key, ()) if n in scores), default=0.0)

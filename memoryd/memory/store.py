@@ -169,7 +169,7 @@ class MemoryStore:
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
 
-    def _candidates(self, session: Session, agent: str, query: str, pending: Future[Any],
+    def _candidates(self, session: Session, agent: str, query: str, pending: Future[str],
                     filters: Filters, per_retriever: int) -> list[scoring.Candidate]:
         """Recall's two queries: the keyword side while ``pending`` (the query's
         embedding) is computed, then the vector side merged with it."""
@@ -180,21 +180,24 @@ class MemoryStore:
             large_agent=large, ef_search=max(self.settings.hnsw_ef_search, per_retriever))
         by_keyword = recall.keyword_candidates(session, agent, query, filters, per_retriever,
                                                keyword_index=keyword_index, settings=settings)
-        vector = to_pgvector(pending.result()[0])
-        return recall.candidates(session, agent, vector, by_keyword, filters, per_retriever,
-                                 large_agent=large)
+        return recall.candidates(session, agent, pending.result(), by_keyword, filters,
+                                 per_retriever, large_agent=large)
 
-    def _embed_soon(self, text: str) -> Future[Any]:
-        """The embedding of ``text``, computed on a helper thread so that recall's keyword
-        query runs meanwhile (the embedding and the wait for PostgreSQL both release the
-        GIL): recall then takes about the longer of the two instead of their sum."""
+    def _embed_soon(self, text: str) -> Future[str]:
+        """The embedding of ``text`` in pgvector's text form, computed on a helper thread
+        so that recall's keyword query runs meanwhile (the embedding and the wait for
+        PostgreSQL both release the GIL): recall then takes about the longer of the two
+        instead of their sum."""
         with self._helpers_lock:
             # A pool created before a fork has no threads in the child: one per process.
             if self._helpers is None or self._helpers[0] != os.getpid():
                 self._helpers = (os.getpid(), ThreadPoolExecutor(
                     max_workers=EMBED_THREADS, thread_name_prefix="memoryd-embed"))
             pool = self._helpers[1]
-        return pool.submit(self.query_embedder.embed, [text])
+        return pool.submit(self._query_vector, text)
+
+    def _query_vector(self, text: str) -> str:
+        return to_pgvector(self.query_embedder.embed([text])[0])
 
     def _rank(self, found: list[scoring.Candidate], neighbours: Mapping[Any, builtins.list[Any]],
               *, keep: int | None = None) -> builtins.list[Recalled]:
@@ -203,8 +206,9 @@ class MemoryStore:
         now = datetime.now(UTC)
         parts = scoring.components(found, now)
         weights = self.settings.weights()
+        vector = scoring.weight_vector(weights)
         use_rrf = self.settings.recall_fusion == "rrf"
-        own = {c.row["id"]: scoring.rrf(c, p, weights) if use_rrf else scoring.weighted(p, weights)
+        own = {c.row["id"]: scoring.rrf(c, p, weights) if use_rrf else scoring.weighted(p, vector)
                for c, p in zip(found, parts, strict=True)}
         final = scoring.with_context(own, neighbours, self.settings.recall_context_weight)
         order = sorted(range(len(found)), key=lambda i: (-round(final[found[i].row["id"]][0], 6),
@@ -214,7 +218,7 @@ class MemoryStore:
             score, context = final[found[i].row["id"]]
             hits.append(Recalled(
                 memory=to_memory(found[i].row), score=round(score, 6),
-                components=parts[i].model_copy(update={"context": round(context, 6)})))
+                components=parts[i].public(round(context, 6))))
         return hits
 
     def _rerank(self, query: str, ranked: list[Recalled]) -> builtins.list[Recalled]:
