@@ -526,3 +526,25 @@ def test_large_agent_settings_ride_on_the_keyword_query(store: MemoryStore, quer
     with store.session() as session:
         assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "auto"
     assert rc.vector_settings(large_agent=False, ef_search=123) == {}
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_index_keyword_query_runs_with_a_generic_plan(store: MemoryStore, large: bool) -> None:
+    """Once psycopg prepares it, the index search is never planned again (PostgreSQL
+    would otherwise plan it afresh each time); the statements after it plan as usual,
+    or as a large agent's settings say."""
+    from memoryd.memory import recall as rc
+
+    _seed(store)
+    settings = rc.vector_settings(large_agent=large, ef_search=100)
+    store.engine.dispose()  # a new connection: none of this test's statements prepared yet
+    with store.session() as session:
+        for _ in range(8):
+            rc.keyword_candidates(session, AGENT, QUERY, rc.Filters(), 30, keyword_index=True,
+                                  settings=settings)
+        plans = session.execute(text(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%kw_found%'")).one()
+        after = session.execute(text("SHOW plan_cache_mode")).scalar_one()
+    assert plans.generic_plans >= 2 and plans.custom_plans == 0
+    assert after == ("force_custom_plan" if large else "auto")

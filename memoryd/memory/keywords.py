@@ -106,7 +106,9 @@ def large_cte(where: str) -> str:
     - document frequencies come from ``agent_terms``, counted over all of the agent's
       memories by the hourly ``index_agents`` job for the agents it indexes (a term not
       there is rare: df 0); for other agents they are estimated on a sample of
-      ``_DF_SAMPLE`` of its memories (the first ones its agent_id index yields);
+      ``_DF_SAMPLE`` of its memories (its newest: read backwards along the index on
+      (agent_id, created_at), the plan whatever the agent's size, which lets recall run
+      this query with a generic plan, see ``recall.keyword_candidates``);
     - searches (exact stems) for memories holding two of the ``_MAX_PAIR_TERMS`` rarest
       terms, or a rare one (held by at most ``RARE_SHARE`` of the memories, or 2), run one
       by one, the ones expected to match fewest first (pairs estimated as if their terms
@@ -131,7 +133,7 @@ def large_cte(where: str) -> str:
         , sample AS MATERIALIZED (
             SELECT m.tsv FROM memories m
             WHERE m.agent_id = :agent_id AND NOT EXISTS (SELECT 1 FROM counted)
-            LIMIT {_DF_SAMPLE})
+            ORDER BY m.created_at DESC LIMIT {_DF_SAMPLE})
         , idf AS MATERIALIZED (
             SELECT t.a, t.ex, t.key, d.df, n.n, {_idf("d.df", "n.n")} AS w,
                    d.df <= {rare_cut("n.n")} AS rare

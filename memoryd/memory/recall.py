@@ -132,12 +132,25 @@ def keyword_candidates(session: Session, agent_id: str, query: str, filters: Fil
                        settings: dict[str, str] | None = None) -> list[KeywordHit]:
     """Up to ``per_retriever`` memories by keyword score, best first. It needs no query
     embedding, so recall runs it while the embedding is computed. ``settings`` are
-    applied for the rest of the transaction, whether or not the query has words."""
+    applied for the rest of the transaction, whether or not the query has words.
+
+    The index search (``keywords.large_cte``) runs with a generic plan. Left to choose,
+    PostgreSQL planned it afresh at every execution (its generic plan's estimate looked
+    dearer), and planning a statement of this size cost about 1 ms of the 4.4 ms it took
+    for the 100,000-memory agent of bench/recall.py (3.3 ms with the generic plan, same
+    results). Its plan does not depend on the agent: every search goes through the
+    (agent, lexeme) GIN index or a primary key. The agent-scan side (``small_cte``) keeps
+    custom plans: a generic plan of it could scan the whole table. The setting is reset
+    for the statements that follow (``settings`` may set it again).
+    """
+    after = {"plan_cache_mode": "auto", **(settings or {})} if keyword_index else settings
     built = keyword_sql(agent_id, query, filters, per_retriever, keyword_index=keyword_index,
-                        settings=settings)
+                        settings=after)
     if built is None:
         apply_settings(session, settings or {})
         return []
+    if keyword_index:
+        apply_settings(session, {"plan_cache_mode": "force_generic_plan"})
     rows = session.execute(statement(built[0]), built[1]).all()
     return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
 
@@ -194,8 +207,8 @@ def vector_settings(*, large_agent: bool, ef_search: int) -> dict[str, str]:
       generic plan, planned without the agent id. For the candidate query that plan is
       5-15x slower (measured at a million memories: 90-380 ms instead of 13-40 ms for a
       100,000-memory agent), and it cannot use the agent's own HNSW index
-      (``maintenance.agent_indexes``); planning afresh costs about 1 ms. The keyword
-      query does not need it: its generic plan measured as fast as its custom one.
+      (``maintenance.agent_indexes``); planning afresh costs about 1 ms. (The keyword
+      query is the other way round: see ``keyword_candidates``.)
     - pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on past it if
       needed) and the iterative scan itself.
 
