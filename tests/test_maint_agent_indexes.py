@@ -113,7 +113,8 @@ def test_large_agent_gets_its_own_index_and_recall_uses_it(
     record = run(indexing_store, "index_agents")
     assert record.stats | {"duration_ms": 0} == {
         "agents_indexed": 1, "built": 1, "dropped": 0, "to_build": 1, "to_drop": 0,
-        "term_counts_deleted": 0, "agents_terms_counted": 1, "duration_ms": 0}
+        "term_counts_deleted": 0, "agents_terms_counted": 1, "agents_terms_fresh": 0,
+        "duration_ms": 0}
     assert _predicates(indexing_store) == {
         index_name(BIG): f"((agent_id)::text = '{BIG}'::text)"}
     assert index_name(BIG) in _vector_plan(indexing_store, BIG)
@@ -276,3 +277,28 @@ def test_counts_go_with_the_index_and_with_the_agent(indexing_store: MemoryStore
     record = run(indexing_store, "index_agents")
     assert record.stats["term_counts_deleted"] == 1
     assert _terms(indexing_store, "agent-other") == (None, {})
+
+
+def test_term_counts_are_taken_again_only_when_stale(indexing_store: MemoryStore) -> None:
+    """Counted again once the agent's size moved by more than 5 %, or after a day."""
+    from memoryd.memory.maintenance.agent_indexes import RECOUNT_SHARE
+
+    assert RECOUNT_SHARE == 0.05
+    bulk_insert(indexing_store, BIG, 40)
+    assert run(indexing_store, "index_agents").stats["agents_terms_counted"] == 1
+
+    def rerun() -> tuple[int, int, int | None]:
+        stats = run(indexing_store, "index_agents").stats
+        return stats["agents_terms_counted"], stats["agents_terms_fresh"], \
+            _terms(indexing_store, BIG)[0]
+
+    assert rerun() == (0, 1, 40)
+    bulk_insert(indexing_store, BIG, 2, prefix="extra")  # 42: 5 % more
+    assert rerun() == (0, 1, 40)
+    bulk_insert(indexing_store, BIG, 1, prefix="more")  # 43: past 5 %
+    assert rerun() == (1, 0, 43)
+    with indexing_store.session() as session:
+        session.execute(text("UPDATE agent_term_stats SET counted_at = now() - "
+                             "interval '25 hours' WHERE agent_id = :a"), {"a": BIG})
+    assert rerun() == (1, 0, 43)
+    assert rerun() == (0, 1, 43)

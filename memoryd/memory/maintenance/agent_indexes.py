@@ -24,7 +24,11 @@ The same run counts the document frequencies of the indexed agents' lexemes
 (``agent_terms``, migration 0007) for the keyword side of their recalls, which otherwise
 estimates them on a sample at every call (``keywords.large_cte``): one ``ts_stat`` pass
 over the agent's memories (about 0.3 s per 100,000), keeping the terms that are not rare
-(``keywords.rare_cut``). Counts of agents no longer indexed are deleted.
+(``keywords.rare_cut``). An agent is counted again only once its size has moved by more
+than ``RECOUNT_SHARE`` since, or its counts are older than ``RECOUNT_AFTER``: recounting
+every indexed agent every hour would be minutes of reading per hour for a fleet of
+64 agents of millions of memories, for weights (``ln(N / df)``) that a few percent of
+growth moves by about a percent. Counts of agents no longer indexed are deleted.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ _INDEX_SQL = ("CREATE INDEX CONCURRENTLY {name} ON memories USING hnsw "
 _BUILD_MEMORY = "512MB"
 # How long a build waits for the transactions it must outlast (it never blocks writes).
 _BUILD_LOCK_TIMEOUT = "5min"
+# When an indexed agent's term counts are taken again (see the module docstring).
+RECOUNT_SHARE = 0.05
+RECOUNT_AFTER = "24 hours"
 
 
 def index_name(agent_id: str) -> str:
@@ -146,6 +153,20 @@ def count_terms(session: Session, agent_id: str) -> int:
     return int(getattr(kept, "rowcount", 0) or 0)
 
 
+def stale_counts(session: Session, sizes: dict[str, int]) -> list[str]:
+    """The agents of ``sizes`` (agent -> memories now) whose term counts are missing,
+    older than ``RECOUNT_AFTER``, or taken at a size more than ``RECOUNT_SHARE`` away
+    from now; in the order of ``sizes``."""
+    rows = session.execute(text(f"""
+        SELECT agent_id, memories FROM agent_term_stats
+        WHERE agent_id = ANY(CAST(:agents AS text[]))
+          AND counted_at > now() - interval '{RECOUNT_AFTER}'
+    """), {"agents": list(sizes)}).all()
+    fresh = {str(r.agent_id) for r in rows
+             if abs(sizes[str(r.agent_id)] - int(r.memories)) <= RECOUNT_SHARE * int(r.memories)}
+    return [agent for agent in sizes if agent not in fresh]
+
+
 def forget_terms(session: Session, keep: list[str]) -> int:
     """Delete the term counts of every agent not in ``keep``; how many agents'."""
     gone = session.execute(text(
@@ -182,13 +203,13 @@ def index_agents(ctx: JobContext, **params: Any) -> JobOutcome:
             return JobOutcome(stats)
         try:
             _build_settings(conn)
-            return _apply(ctx, conn, todo, stats)
+            return _apply(ctx, conn, todo, stats, dict(sizes))
         finally:
             conn.invalidate()
 
 
 def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
-           stats: dict[str, Any]) -> JobOutcome:
+           stats: dict[str, Any], sizes: dict[str, int]) -> JobOutcome:
     for name in todo.drop:
         _drop(conn, name)
         stats["dropped"] += 1
@@ -198,10 +219,13 @@ def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
         _build(conn, agent)
         stats["built"] += 1
         stats["agents_indexed"] += 1
+    indexed = todo.keep + todo.build
     with ctx.store.session() as session:
-        stats["term_counts_deleted"] = forget_terms(session, todo.keep + todo.build)
+        stats["term_counts_deleted"] = forget_terms(session, indexed)
+        stale = stale_counts(session, {agent: sizes[agent] for agent in indexed})
     stats["agents_terms_counted"] = 0
-    for agent in todo.keep + todo.build:
+    stats["agents_terms_fresh"] = len(indexed) - len(stale)
+    for agent in stale:
         if ctx.out_of_time():
             return JobOutcome(stats, complete=False)
         with ctx.store.session() as session:  # one transaction per agent
