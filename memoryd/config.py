@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     query_embed_int8: bool = Field(
         True, description="embed recall queries with the int8 rendition (stored memories "
                           "keep the model embed_int8 chooses)")
+    preload_models: bool = Field(
+        True, description="memory workers load the embedding models as each pool process "
+                          "starts, not on its first store or recall")
 
     # --- worker -----------------------------------------------------------------
     task_soft_time_limit_s: int = Field(240, gt=0)

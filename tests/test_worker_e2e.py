@@ -487,3 +487,21 @@ def test_worker_config_sweeps_for_lost_messages() -> None:
     with override_settings(visibility_timeout_s="600") as settings:
         options = worker_config(settings)["broker_transport_options"]
     assert options["unacked_restore_interval"] == 10
+
+
+PRELOAD_MEMORY_DB, PRELOAD_MAINTENANCE_DB = 10, 11  # the preload test's broker databases
+
+
+def test_memory_workers_load_the_models_as_their_processes_start(
+        spawn_worker: Callable[..., Any]) -> None:
+    """Each pool process of a worker consuming the memory queue loads the embedding
+    models before its first task; a maintenance-only worker does not."""
+    memory = spawn_worker(PRELOAD_MEMORY_DB, concurrency=2, queues="memory")
+    maintenance = spawn_worker(PRELOAD_MAINTENANCE_DB, concurrency=1, queues="maintenance")
+    for process in (memory, maintenance):
+        process.wait_ready()
+    deadline = time.monotonic() + 60
+    while memory.log_tail(100_000).count("worker.models_loaded") < 2:
+        assert time.monotonic() < deadline, memory.log_tail()
+        time.sleep(0.2)
+    assert "worker.models_loaded" not in maintenance.log_tail(100_000)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
+import structlog
 from celery import signals
 from celery.app import trace as celery_trace
 
 from memoryd import logging as mlog
-from memoryd.config import reset_settings
+from memoryd.config import get_settings, reset_settings
+
+log = structlog.get_logger(__name__)
 
 
 @signals.setup_logging.connect
@@ -38,6 +42,30 @@ def _after_fork(**_: Any) -> None:
     from memoryd.tasks.base import reset_store
 
     reset_store()
+    if get_settings().preload_models and _consumes_memory_queue():
+        _load_models()
+
+
+def _consumes_memory_queue() -> bool:
+    """Whether this worker serves the memory queue (its queues were chosen in the main
+    process before the pool forked)."""
+    from memoryd.worker import app
+    from memoryd.worker.app import MEMORY_QUEUE
+
+    return MEMORY_QUEUE in (app.amqp.queues.consume_from or app.amqp.queues)
+
+
+def _load_models() -> None:
+    """Load both embedding models and run each once, so that the first store and the
+    first recall a pool process serves do not pay for it (0.4 s, about 3 s once per data
+    directory while the int8 query model is derived). Loaded after the fork: an ONNX
+    session does not survive one."""
+    from memoryd.memory.embeddings import get_embedder, get_query_embedder
+
+    started = time.monotonic()
+    for embedder in (get_embedder(), get_query_embedder()):
+        embedder.embed(["memoryd warms up its models"])
+    log.info("worker.models_loaded", duration_ms=round((time.monotonic() - started) * 1000))
 
 
 @signals.task_prerun.connect
