@@ -214,6 +214,25 @@ def test_the_unconsumed_queue_really_would_show_a_sent_message(
     assert raw.llen("memory") == 1
 
 
+def test_messages_name_the_agent_but_carry_no_content_in_their_headers(
+        unconsumed: tuple[MemoryClient, redis.Redis]) -> None:
+    """Flower and task events show a message's ``kwargsrepr``: the agent and the sizes,
+    never the memory's content (the body, which the worker reads, has it all)."""
+    import base64
+    import json
+
+    c, raw = unconsumed
+    c.store("agent-headers", "the launch code is 0000", tags=["a", "b"], wait=False)
+    message = json.loads(raw.lindex("memory", 0))
+    headers = message["headers"]
+    assert headers["kwargsrepr"] == ("{'agent_id': 'agent-headers', 'content': <23 chars>, "
+                                     "'tags': <2 items>}")
+    assert headers["argsrepr"] == "()"
+    assert "launch code" not in json.dumps(headers)
+    body = json.loads(base64.b64decode(message["body"]))
+    assert body[1]["content"] == "the launch code is 0000"
+
+
 def test_get_of_a_missing_memory_raises_not_found(client: MemoryClient,
                                                   agent_id: str) -> None:
     with pytest.raises(NotFound) as caught:
