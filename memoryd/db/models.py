@@ -67,7 +67,9 @@ class MemoryRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
-    tsv: Mapped[Any] = mapped_column(TSVECTOR, nullable=True)
+    tsv: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english'::regconfig, left(content, 100000))",
+                           persisted=True), nullable=True)
     # md5 of the content as deduplicate compares it (migration 0004); NULL when empty.
     content_norm_hash: Mapped[uuid.UUID | None] = mapped_column(
         UUID(as_uuid=True), Computed(

@@ -7,7 +7,7 @@ import builtins
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -137,8 +137,13 @@ class MemoryStore:
         """Store several memories: one embedding batch, one transaction."""
         agent = check.agent_id(agent_id)
         checked = check.store_items(items, self.settings.max_content_bytes)
-        vectors = self.embedder.embed([item.content for item in checked])  # outside the txn
-        rows = writes.prepare(agent, checked, vectors)
+        return self.store_validated([(agent, item) for item in checked])
+
+    def store_validated(self, pairs: Sequence[tuple[str, StoreItem]]
+                        ) -> builtins.list[StoreResult]:
+        """Store already validated (agent id, item) pairs, of one or more agents: one
+        embedding pass outside the transaction, then one transaction."""
+        rows = writes.prepare(self.embedder, pairs)
         with self.session() as session:
             return writes.write(session, rows)
 

@@ -1,4 +1,7 @@
-"""Writing memories: hashing, defaults, dedup-safe inserts and key upserts.
+"""The one write path for memories: validated items are embedded and prepared
+(``prepare``), then inserted or upserted inside the caller's transaction (``write``).
+``MemoryStore.store_many``, the worker's store batches and the maintenance jobs that
+create memories all go through these two functions.
 
 Dedup is enforced by the unique index on (agent_id, content_hash), so it holds
 under any concurrency: ``INSERT ... ON CONFLICT DO NOTHING`` either inserts or
@@ -12,17 +15,16 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from memoryd import clock
 from memoryd.memory import classify, sessions
-from memoryd.memory.embeddings import to_pgvector
+from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.types import StoreItem, StoreResult
 
 
@@ -38,115 +40,176 @@ class PreparedRow:
     item: StoreItem
     values: dict[str, Any]
 
-
-def prepare(agent_id: str, items: Sequence[StoreItem],
-            vectors: npt.NDArray[np.float32]) -> list[PreparedRow]:
-    prepared = []
-    for item, vector in zip(items, vectors, strict=True):
-        category = item.category or classify.classify(item.content).category
-        importance = item.importance
-        if importance is None:
-            importance = classify.importance(item.content, item.role, category)
-        prepared.append(PreparedRow(item, {
-            "agent_id": agent_id, "content": item.content,
-            "content_hash": content_hash(item.content), "role": item.role,
-            "session_id": item.session_id, "key": item.key, "category": category,
-            "tags": list(item.tags), "source": item.source,
-            "metadata": json.dumps(item.metadata or {}), "importance": importance,
-            "expires_at": item.expires_at, "created_at": item.created_at,
-            "embedding": to_pgvector(vector),
-        }))
-    return prepared
+    @property
+    def agent_id(self) -> str:
+        return str(self.values["agent_id"])
 
 
-_INSERT = text("""
-INSERT INTO memories (agent_id, content, content_hash, role, session_id, key, category, tags,
-                      source, metadata, importance, expires_at, created_at, updated_at, embedding)
-SELECT :agent_id, :content, :content_hash, :role, :session_id, :key, :category, :tags,
-       :source, CAST(:metadata AS jsonb), :importance, :expires_at,
-       coalesce(CAST(:created_at AS timestamptz), now()), now(), CAST(:embedding AS vector)
+# --- the columns a write sets: one definition for every statement below -------------
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A column a store writes: the SQL type of its bound value and the expression
+    that turns the bound value (``{v}``) into the column's value."""
+
+    name: str
+    sql_type: str
+    value: str = "{v}"
+
+
+_WRITTEN = (
+    _Written("agent_id", "text"),
+    _Written("content", "text"),
+    _Written("content_hash", "text"),
+    _Written("role", "text"),
+    _Written("session_id", "text"),
+    _Written("key", "text"),
+    _Written("category", "text"),
+    # Tags travel as a JSON list: one encoding for a bound value and an unnest element.
+    _Written("tags", "text", "ARRAY(SELECT jsonb_array_elements_text(CAST({v} AS jsonb)))"),
+    _Written("source", "text"),
+    _Written("metadata", "text", "CAST({v} AS jsonb)"),
+    _Written("importance", "float8"),
+    _Written("expires_at", "timestamptz"),
+    _Written("created_at", "timestamptz", "coalesce(CAST({v} AS timestamptz), now())"),
+    _Written("embedding", "text", "CAST({v} AS vector)"),
+)
+# What storing under an existing key replaces; identity and creation time stay.
+_REPLACED = tuple(c for c in _WRITTEN if c.name not in ("agent_id", "key", "created_at"))
+_NAMES = ", ".join(c.name for c in _WRITTEN)
+
+
+def _values(prefix: str) -> str:
+    return ", ".join(c.value.format(v=f"{prefix}{c.name}") for c in _WRITTEN)
+
+
+_INSERT = text(f"""
+INSERT INTO memories ({_NAMES}, updated_at)
+SELECT {_values(":")}, now()
 ON CONFLICT DO NOTHING
 RETURNING id, created_at
 """)
+# Many rows in one statement: per-row statements cost more than the row itself (parse,
+# bind, round trip) once the embedding is done. ORDER BY keeps the input order, so of
+# two rows with the same content the first is stored, as row by row.
+_ARRAYS = ", ".join(f"CAST(:{c.name} AS {c.sql_type}[])" for c in _WRITTEN)
+_BULK_INSERT = text(f"""
+INSERT INTO memories ({_NAMES}, updated_at)
+SELECT {_values("r.")}, now()
+FROM unnest({_ARRAYS}) WITH ORDINALITY AS r({_NAMES}, n)
+ORDER BY r.n
+ON CONFLICT DO NOTHING
+RETURNING id, content_hash, created_at
+""")
+_UPDATE_BY_KEY = text(f"""
+UPDATE memories SET {", ".join(f"{c.name} = {c.value.format(v=':' + c.name)}"
+                               for c in _REPLACED)},
+    confidence = 1.0, archived_at = NULL, updated_at = now()
+WHERE id = :id
+""")
 _BY_HASH = text("SELECT id FROM memories WHERE agent_id = :agent_id AND content_hash = :h")
+_BY_HASHES = text("""SELECT content_hash, id FROM memories
+                     WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)""")
 _BY_KEY = text("""SELECT id, content_hash FROM memories
                   WHERE agent_id = :agent_id AND key = :key FOR UPDATE""")
-_UPDATE_BY_KEY = text("""
-UPDATE memories SET content = :content, content_hash = :content_hash, role = :role,
-    session_id = :session_id, category = :category, tags = :tags, source = :source,
-    metadata = CAST(:metadata AS jsonb), importance = :importance, expires_at = :expires_at,
-    embedding = CAST(:embedding AS vector), confidence = 1.0, archived_at = NULL,
+_SET_CONTENT = text("""
+UPDATE memories SET content = :content, content_hash = :h,
+    embedding = CAST(:vector AS vector), importance = coalesce(:importance, importance),
     updated_at = now()
 WHERE id = :id
 """)
 
 
+# --- preparing ------------------------------------------------------------------------
+
+
+def embed_texts(embedder: Embedder, contents: Sequence[str]) -> list[str]:
+    """The embeddings of ``contents`` in pgvector's text form, in one batch. Called
+    outside any transaction: embedding is the slow part of a write."""
+    return [to_pgvector(vector) for vector in embedder.embed(list(contents))] if contents else []
+
+
+def prepare(embedder: Embedder, pairs: Sequence[tuple[str, StoreItem]]) -> list[PreparedRow]:
+    """(agent id, validated item) pairs as rows to write: every content embedded in one
+    pass, category and importance defaulted from the content."""
+    vectors = embed_texts(embedder, [item.content for _, item in pairs])
+    return [_prepared(agent_id, item, vector)
+            for (agent_id, item), vector in zip(pairs, vectors, strict=True)]
+
+
+def _prepared(agent_id: str, item: StoreItem, vector: str) -> PreparedRow:
+    category = item.category or classify.classify(item.content).category
+    importance = item.importance
+    if importance is None:
+        importance = classify.importance(item.content, item.role, category)
+    return PreparedRow(item, {
+        "agent_id": agent_id, "content": item.content,
+        "content_hash": content_hash(item.content), "role": item.role,
+        "session_id": item.session_id, "key": item.key, "category": category,
+        "tags": json.dumps(list(item.tags)), "source": item.source,
+        "metadata": json.dumps(item.metadata or {}), "importance": importance,
+        "expires_at": item.expires_at, "created_at": item.created_at, "embedding": vector,
+    })
+
+
+# --- writing --------------------------------------------------------------------------
+
+
 def write(session: Session, rows: Sequence[PreparedRow]) -> list[StoreResult]:
-    """Insert or upsert each row in order, inside the caller's transaction. Rows of one
-    agent; without keys they go in as one statement (``_write_plain_bulk``)."""
-    if rows and not any(row.item.key for row in rows):
-        written = _write_plain_bulk(session, rows)
+    """Insert or upsert each row inside the caller's transaction; results in the order
+    of ``rows``, which may belong to several agents (written agent by agent)."""
+    by_agent: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        by_agent.setdefault(row.agent_id, []).append(index)
+    results: list[StoreResult | None] = [None] * len(rows)
+    for agent_id, indexes in by_agent.items():
+        written = _write_agent(session, agent_id, [rows[i] for i in indexes])
+        for index, result in zip(indexes, written, strict=True):
+            results[index] = result
+    return [result for result in results if result is not None]
+
+
+def set_content(session: Session, memory_id: uuid.UUID, content: str, vector: str, *,
+                importance: float | None = None) -> None:
+    """Rewrite a memory's content, hash and embedding in place (maintenance edits),
+    optionally its importance. Raises ``IntegrityError`` if the agent already holds
+    that content under another memory: dedup wins."""
+    session.execute(_SET_CONTENT, {"content": content, "h": content_hash(content),
+                                   "vector": vector, "importance": importance,
+                                   "id": memory_id})
+
+
+def _write_agent(session: Session, agent_id: str,
+                 rows: Sequence[PreparedRow]) -> list[StoreResult]:
+    """One agent's rows; without keys they go in as one statement."""
+    if not any(row.item.key for row in rows):
+        written = _write_plain_bulk(session, agent_id, rows)
     else:
         written = [_write_keyed(session, row) if row.item.key else _write_plain(session, row)
                    for row in rows]
     refs: dict[str, list[dict[str, Any]]] = {}
     for row, (result, created_at) in zip(rows, written, strict=True):
         if result.stored and row.item.session_id:
-            ts = (created_at or datetime.now(UTC)).isoformat()
+            ts = (created_at or clock.now()).isoformat()
             refs.setdefault(row.item.session_id, []).append(
                 sessions.message_ref(str(result.id), row.item.role, ts))
-    agent_id = rows[0].values["agent_id"] if rows else ""
     for session_id, session_refs in refs.items():
         sessions.append(session, agent_id, session_id, session_refs)
     return [result for result, _ in written]
 
 
-# Many rows in one statement: per-row statements cost more than the row itself (parse,
-# bind, round trip, SQLAlchemy) once the embedding is done. ORDER BY keeps the input
-# order, so of two rows with the same content the first is stored, as row by row.
-_BULK_INSERT = text("""
-INSERT INTO memories (agent_id, content, content_hash, role, session_id, category, tags,
-                      source, metadata, importance, expires_at, created_at, updated_at,
-                      embedding)
-SELECT :agent_id, r.content, r.content_hash, r.role, r.session_id, r.category,
-       ARRAY(SELECT jsonb_array_elements_text(CAST(r.tags AS jsonb))), r.source,
-       CAST(r.metadata AS jsonb), r.importance, r.expires_at,
-       coalesce(r.created_at, now()), now(), CAST(r.embedding AS vector)
-FROM unnest(CAST(:contents AS text[]), CAST(:hashes AS text[]), CAST(:roles AS text[]),
-            CAST(:session_ids AS text[]), CAST(:categories AS text[]),
-            CAST(:tags AS text[]), CAST(:sources AS text[]), CAST(:metadata AS text[]),
-            CAST(:importances AS float8[]), CAST(:expires AS timestamptz[]),
-            CAST(:created AS timestamptz[]), CAST(:embeddings AS text[]))
-     WITH ORDINALITY AS r(content, content_hash, role, session_id, category, tags, source,
-                          metadata, importance, expires_at, created_at, embedding, n)
-ORDER BY r.n
-ON CONFLICT DO NOTHING
-RETURNING id, content_hash, created_at
-""")
-_BY_HASHES = text("""SELECT content_hash, id FROM memories
-                     WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)""")
-
-
-def _write_plain_bulk(session: Session,
-                      rows: Sequence[PreparedRow]) -> list[tuple[StoreResult, datetime | None]]:
+def _write_plain_bulk(session: Session, agent_id: str, rows: Sequence[PreparedRow]
+                      ) -> list[tuple[StoreResult, datetime | None]]:
     """``_write_plain`` for many rows of one agent, in two statements: the insert, then
     the ids of the duplicates it skipped. A row whose duplicate vanished in between (a
     concurrent delete) goes through ``_write_plain``."""
-    values = [row.values for row in rows]
-    inserted = {r.content_hash: (r.id, r.created_at) for r in session.execute(_BULK_INSERT, {
-        "agent_id": values[0]["agent_id"], "contents": [v["content"] for v in values],
-        "hashes": [v["content_hash"] for v in values], "roles": [v["role"] for v in values],
-        "session_ids": [v["session_id"] for v in values],
-        "categories": [v["category"] for v in values],
-        "tags": [json.dumps(v["tags"]) for v in values],
-        "sources": [v["source"] for v in values], "metadata": [v["metadata"] for v in values],
-        "importances": [v["importance"] for v in values],
-        "expires": [v["expires_at"] for v in values],
-        "created": [v["created_at"] for v in values],
-        "embeddings": [v["embedding"] for v in values]})}
-    skipped = {v["content_hash"] for v in values} - inserted.keys()
+    columns = {c.name: [row.values[c.name] for row in rows] for c in _WRITTEN}
+    inserted = {r.content_hash: (r.id, r.created_at)
+                for r in session.execute(_BULK_INSERT, columns)}
+    skipped = set(columns["content_hash"]) - inserted.keys()
     existing = dict(session.execute(_BY_HASHES, {
-        "agent_id": values[0]["agent_id"], "hashes": list(skipped)}).all()) if skipped else {}
+        "agent_id": agent_id, "hashes": list(skipped)}).all()) if skipped else {}
     out: list[tuple[StoreResult, datetime | None]] = []
     for row in rows:
         h = row.values["content_hash"]
@@ -166,7 +229,7 @@ def _write_plain(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
         inserted = session.execute(_INSERT, row.values).first()
         if inserted is not None:
             return StoreResult(id=inserted.id, stored=True, duplicate=False), inserted.created_at
-        existing = session.execute(_BY_HASH, {"agent_id": row.values["agent_id"],
+        existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,
                                               "h": row.values["content_hash"]}).first()
         if existing is not None:
             return StoreResult(id=existing.id, stored=False, duplicate=True), None
@@ -175,7 +238,7 @@ def _write_plain(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
 
 def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datetime | None]:
     """Storing with an existing key updates that memory in place."""
-    params = {"agent_id": row.values["agent_id"], "key": row.values["key"]}
+    params = {"agent_id": row.agent_id, "key": row.values["key"]}
     for _ in range(3):
         current = session.execute(_BY_KEY, params).first()
         if current is None:
@@ -187,7 +250,7 @@ def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
         if current.content_hash == row.values["content_hash"]:
             return StoreResult(id=current.id, stored=False, duplicate=True), None
         return _update_in_place(session, current.id, row), None
-    existing = session.execute(_BY_HASH, {"agent_id": row.values["agent_id"],
+    existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,
                                           "h": row.values["content_hash"]}).first()
     if existing is None:
         raise RuntimeError("keyed insert kept conflicting without a visible duplicate")
@@ -200,7 +263,7 @@ def _update_in_place(session: Session, memory_id: uuid.UUID, row: PreparedRow) -
             session.execute(_UPDATE_BY_KEY, {**row.values, "id": memory_id})
     except IntegrityError:
         # The new content already exists under another memory: dedup wins.
-        existing = session.execute(_BY_HASH, {"agent_id": row.values["agent_id"],
+        existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,
                                               "h": row.values["content_hash"]}).one()
         return StoreResult(id=existing.id, stored=False, duplicate=True)
     return StoreResult(id=memory_id, stored=True, duplicate=False)

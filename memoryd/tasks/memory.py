@@ -4,7 +4,6 @@ message gets the same ``ValidationError`` as a client call."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import structlog
@@ -13,7 +12,6 @@ from celery.worker.strategy import default as default_strategy
 from memoryd import validation as check
 from memoryd.config import get_settings
 from memoryd.errors import ValidationError
-from memoryd.memory import writes
 from memoryd.tasks.base import MemorydTask, dump, get_store
 from memoryd.types import StoreItem
 from memoryd.worker import app
@@ -63,51 +61,49 @@ def store_batch(items: list[BatchItem]) -> list[str]:
     stored under its own task id; the outcomes tell the worker which messages to
     acknowledge. Anything unexpected is left to the ordinary path (``FALLBACK``)."""
     backend = store.backend
-    memory_store = get_store()
     outcomes = [FALLBACK] * len(items)
-    accepted: list[tuple[int, str, str, StoreItem]] = []  # (index, task id, agent, item)
+    accepted: list[tuple[int, str]] = []  # (index, task id)
+    pairs: list[tuple[str, StoreItem]] = []
     for index, (task_id, args, kwargs) in enumerate(items):
-        if args or "agent_id" not in kwargs or "content" not in kwargs:
-            continue  # not the client's shape: the ordinary path reports it
-        fields = dict(kwargs)
         try:
-            agent = check.agent_id(fields.pop("agent_id"))
-            item = check.store_item({"content": fields.pop("content"), **fields},
-                                    memory_store.settings.max_content_bytes)
+            pair = _store_request(args, kwargs)
         except ValidationError as exc:
             backend.mark_as_failure(task_id, exc, call_errbacks=False)
             outcomes[index] = FAILED
             continue
         except Exception:  # noqa: S112 - anything else: the ordinary path reports it
             continue
-        accepted.append((index, task_id, agent, item))
-    if not accepted:
+        if pair is not None:
+            accepted.append((index, task_id))
+            pairs.append(pair)
+    if not pairs:
         return outcomes
     try:
-        vectors = memory_store.embedder.embed([item.content for *_, item in accepted])
-        by_agent: dict[str, list[int]] = defaultdict(list)
-        for position, (_, _, agent, _) in enumerate(accepted):
-            by_agent[agent].append(position)
-        results: dict[int, Any] = {}
-        with memory_store.session() as session:
-            for agent, positions in by_agent.items():
-                rows = writes.prepare(agent, [accepted[p][3] for p in positions],
-                                      vectors[positions])
-                for position, result in zip(positions, writes.write(session, rows),
-                                            strict=True):
-                    results[position] = dump(result)
+        results = get_store().store_validated(pairs)
     except Exception as exc:
         # Transient database trouble and the like: each message runs alone, retried as usual.
-        log.warning("store.batch_failed", size=len(accepted), error=type(exc).__name__)
+        log.warning("store.batch_failed", size=len(pairs), error=type(exc).__name__)
         return outcomes
-    for position, (index, task_id, _, _) in enumerate(accepted):
+    for (index, task_id), result in zip(accepted, results, strict=True):
         try:
-            backend.mark_as_done(task_id, results[position])
+            backend.mark_as_done(task_id, dump(result))
         except Exception as exc:
             log.warning("store.batch_result_failed", error=type(exc).__name__)
             continue  # committed: running it alone returns the row as a duplicate
         outcomes[index] = DONE
     return outcomes
+
+
+def _store_request(args: object, kwargs: dict[str, Any]) -> tuple[str, StoreItem] | None:
+    """A store message's (agent id, validated item), or None when the message is not
+    in the client's shape (the ordinary path then reports it)."""
+    if args or "agent_id" not in kwargs or "content" not in kwargs:
+        return None
+    fields = dict(kwargs)
+    agent = check.agent_id(fields.pop("agent_id"))
+    item = check.store_item({"content": fields.pop("content"), **fields},
+                            get_store().settings.max_content_bytes)
+    return agent, item
 
 
 @app.task(name="memoryd.store_many", base=MemorydTask)
