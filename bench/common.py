@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: a throwaway embedded PostgreSQL, an embedder
-that embeds each text once, stopwatches, a plain-text table, and JSON / PNG output."""
+that embeds each text once, the one clock (``timer`` / ``Timer``, and ``Stopwatch`` for
+phases), a plain-text table, and JSON / PNG output."""
 
 from __future__ import annotations
 
@@ -75,6 +76,42 @@ class CachingEmbedder:
 
 
 # --- timing and progress ---------------------------------------------------------
+class Timer:
+    """Wall-clock time from its start (``time.perf_counter``): running until ``stop()``,
+    fixed afterwards. The one clock of the benchmarks; most code uses it through
+    ``timer()`` or ``Stopwatch``."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.stopped: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        end = time.perf_counter() if self.stopped is None else self.stopped
+        return end - self.started
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1000
+
+    def stop(self) -> float:
+        """Stop the clock (once; later calls keep the first stop); the seconds."""
+        if self.stopped is None:
+            self.stopped = time.perf_counter()
+        return self.seconds
+
+
+@contextmanager
+def timer() -> Iterator[Timer]:
+    """``with timer() as t: work()`` then ``t.seconds`` / ``t.ms``; inside the block they
+    read the time so far."""
+    clock = Timer()
+    try:
+        yield clock
+    finally:
+        clock.stop()
+
+
 class Stopwatch:
     """Accumulates wall-clock seconds per phase: ``with watch("store"): ...``."""
 
@@ -83,11 +120,11 @@ class Stopwatch:
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
-        start = time.perf_counter()
+        clock = Timer()
         try:
             yield
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + clock.stop()
 
     def rounded(self, digits: int = 2) -> dict[str, float]:
         return {k: round(v, digits) for k, v in self.seconds.items()}

@@ -20,7 +20,6 @@ import json
 import re
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from bench.common import (
     machine_info,
     now_iso,
     progress_bar,
+    timer,
     write_bar_charts,
     write_json,
 )
@@ -221,11 +221,179 @@ def top_indices(scores: np.ndarray, k: int) -> list[int]:
     return [int(i) for i in order[:k]]
 
 
-def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dict[str, Any]:
+@dataclass
+class _Stored:
+    """One conversation stored as an agent: which dia_ids each memory stands for
+    (identical turns share one memory)."""
+
+    sample: Sample
+    agent: str
+    owners: dict[uuid.UUID, list[str]]
+
+
+def _embed_corpus(samples: Sequence[Sample], embedder: CachingEmbedder,
+                  query_embedder: CachingEmbedder, watch: Stopwatch) -> None:
+    """Embed every turn and question once, up front (timed apart from storing)."""
+    all_turns = [t.content for s in samples for t in s.turns]
+    all_questions = [q.question for s in samples for q in s.questions]
+    with watch("embed_turns"):
+        embedder.warm(all_turns, desc="embed turns")
+    with watch("embed_questions"):
+        embedder.warm(all_questions, desc="embed questions")
+        query_embedder.warm(all_questions, desc="embed questions (recall)")
+
+
+def turn_items(sample: Sample, turns: Sequence[Turn]) -> list[dict[str, Any]]:
+    """``store_many`` items for ``turns``: content, the session's date, the LoCoMo session
+    as memoryd's session, the turn's ids in the metadata."""
+    return [{"content": t.content, "created_at": t.created_at, "session_id": t.session,
+             "metadata": {"dia_id": t.dia_id, "sample_id": sample.sample_id}}
+            for t in turns]
+
+
+def _store_sample(store: Any, agent: str, sample: Sample, bar: Any) -> _Stored:
+    """Every turn of ``sample`` through the public API, in batches of ``STORE_BATCH``."""
+    owners: dict[uuid.UUID, list[str]] = {}
+    for start in range(0, len(sample.turns), STORE_BATCH):
+        batch = sample.turns[start:start + STORE_BATCH]
+        results = store.store_many(agent, turn_items(sample, batch))
+        for turn, result in zip(batch, results, strict=True):
+            owners.setdefault(result.id, []).append(turn.dia_id)  # dups share one
+        bar.update(len(batch))
+    return _Stored(sample, agent, owners)
+
+
+def _store_all(store: Any, samples: Sequence[Sample], run_tag: str, agents: list[str],
+               watch: Stopwatch) -> list[_Stored]:
+    """One agent per conversation; ``agents`` grows as they are created, so the caller
+    can delete them whatever happens."""
+    stored: list[_Stored] = []
+    total = sum(len(s.turns) for s in samples)
+    with watch("store"), progress_bar(total, desc="store turns", unit="turn") as bar:
+        for sample in samples:
+            agent = f"locomo-{run_tag}-{sample.sample_id}"
+            agents.append(agent)
+            stored.append(_store_sample(store, agent, sample, bar))
+    return stored
+
+
+def memory_ranking(hits: Sequence[Any], owners: dict[uuid.UUID, list[str]]) -> Ranking:
+    """The dia_ids each recalled memory stands for, in rank order."""
+    return [owners.get(h.memory.id) or [str(h.memory.metadata.get("dia_id", ""))]
+            for h in hits]
+
+
+def _memoryd_scores(store: Any, stored: _Stored, q: Question,
+                    recall_ms: list[float]) -> tuple[dict[str, float], Ranking]:
+    """memoryd: one recall per k, exactly as an agent asking for k memories. The
+    scores, and the limit-20 call's ranking (for the evidence ranks in the JSON)."""
+    scores: dict[str, float] = {}
+    ranking: Ranking = []
+    for k in KS:
+        with timer() as clock:
+            hits = store.recall(stored.agent, q.question, limit=k)
+        recall_ms.append(clock.ms)
+        ranked = memory_ranking(hits, stored.owners)
+        one = score_ranking(ranked, q.evidence)
+        scores[f"recall@{k}"] = one[f"recall@{k}"]
+        scores[f"hit@{k}"] = one[f"hit@{k}"]
+        if k == max(KS):
+            ranking = ranked
+    return scores, ranking
+
+
+@dataclass
+class _Baselines:
+    """BM25 and cosine over one conversation's turns."""
+
+    turn_ids: list[str]
+    bm25: Any
+    matrix: np.ndarray
+
+
+def _baselines(sample: Sample, embedder: CachingEmbedder, watch: Stopwatch) -> _Baselines:
     from rank_bm25 import BM25Okapi
 
+    matrix = embedder.embed([t.content for t in sample.turns])
+    with watch("bm25_index"):
+        bm25 = BM25Okapi([tokenize(t.content) for t in sample.turns])
+    return _Baselines([t.dia_id for t in sample.turns], bm25, matrix)
+
+
+def _baseline_rankings(base: _Baselines, q: Question, embedder: CachingEmbedder,
+                       watch: Stopwatch) -> dict[str, Ranking]:
+    with watch("bm25_query"):
+        bm = base.bm25.get_scores(tokenize(q.question))
+        bm25 = [[base.turn_ids[i]] for i in top_indices(bm, max(KS))]
+    with watch("cosine_query"):
+        cos = base.matrix @ embedder.embed([q.question])[0]
+        cosine = [[base.turn_ids[i]] for i in top_indices(cos, max(KS))]
+    return {"bm25": bm25, "cosine": cosine}
+
+
+def question_row(sample_id: str, q: Question, memoryd_scores: dict[str, float],
+                 rankings: dict[str, Ranking]) -> dict[str, Any]:
+    """One question's entry of ``per_question``: memoryd's scores as measured per k, the
+    baselines' from their rankings, and every system's evidence ranks."""
+    per_k = {"memoryd": memoryd_scores}
+    for system in ("bm25", "cosine"):
+        per_k[system] = score_ranking(rankings[system], q.evidence)
+    return {"sample": sample_id, "qa": q.index, "category": q.category,
+            "evidence": list(q.evidence), "scores": per_k,
+            "ranks": {s: evidence_ranks(rankings[s], q.evidence) for s in SYSTEMS}}
+
+
+def _ask_all(store: Any, stored: Sequence[_Stored], embedder: CachingEmbedder,
+             watch: Stopwatch, recall_ms: list[float]) -> list[dict[str, Any]]:
+    """Every question to memoryd and the baselines; one row per question."""
+    rows: list[dict[str, Any]] = []
+    total = sum(len(s.sample.questions) for s in stored)
+    with progress_bar(total, desc="recall", unit="q") as bar:
+        for one in stored:
+            base = _baselines(one.sample, embedder, watch)
+            for q in one.sample.questions:
+                scores, ranking = _memoryd_scores(store, one, q, recall_ms)
+                rankings = {"memoryd": ranking, **_baseline_rankings(base, q, embedder, watch)}
+                rows.append(question_row(one.sample.sample_id, q, scores, rankings))
+                bar.update(1)
+    return rows
+
+
+def settings_record(store: Any) -> dict[str, Any]:
+    """The recall settings the run used (for the JSON)."""
+    from memoryd.memory.store import CANDIDATE_FACTOR
+
+    settings = store.settings
+    return {**settings.weights(), "recall_fusion": settings.recall_fusion,
+            "recall_context_weight": settings.recall_context_weight,
+            "candidate_factor": CANDIDATE_FACTOR,
+            "recall_exact_threshold": settings.recall_exact_threshold,
+            "embed_int8": settings.embed_int8,
+            "query_embed_int8": settings.query_embed_int8}
+
+
+def skipped_total(samples: Sequence[Sample]) -> dict[str, int]:
+    skipped: dict[str, int] = {}
+    for s in samples:
+        for reason, n in s.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+    return skipped
+
+
+def latency_summary(recall_ms: Sequence[float]) -> dict[str, Any]:
+    """Calls, mean, p50 and p95 of memoryd's recall calls, ms."""
+    return {
+        "calls": len(recall_ms),
+        "mean": round(statistics.fmean(recall_ms), 2) if recall_ms else None,
+        "p50": round(statistics.median(recall_ms), 2) if recall_ms else None,
+        "p95": round(float(np.percentile(recall_ms, 95)), 2) if recall_ms else None,
+    }
+
+
+def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dict[str, Any]:
+    """Store every conversation, ask every question; the report (see bench/README.md)."""
     from memoryd.memory.embeddings import get_embedder, get_query_embedder
-    from memoryd.memory.store import CANDIDATE_FACTOR, MemoryStore
+    from memoryd.memory.store import MemoryStore
 
     watch = Stopwatch()
     embedder = CachingEmbedder(get_embedder())
@@ -233,86 +401,15 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
     # the cosine baseline uses the stored model for both sides.
     query_embedder = CachingEmbedder(get_query_embedder())
     store = MemoryStore(database_url, embedder=embedder, query_embedder=query_embedder)
-    run_tag = uuid.uuid4().hex[:8]
     agents: list[str] = []
-    rows: list[dict[str, Any]] = []
     recall_ms: list[float] = []
     try:
         with watch("migrate"):
             store.migrate()
-        all_turns = [t.content for s in samples for t in s.turns]
-        all_questions = [q.question for s in samples for q in s.questions]
-        with watch("embed_turns"):
-            embedder.warm(all_turns, desc="embed turns")
-        with watch("embed_questions"):
-            embedder.warm(all_questions, desc="embed questions")
-            query_embedder.warm(all_questions, desc="embed questions (recall)")
-
-        # Store every turn through the public API, in batches.
-        dia_by_memory: dict[str, dict[uuid.UUID, list[str]]] = {}
-        with watch("store"), progress_bar(len(all_turns), desc="store turns",
-                                          unit="turn") as bar:
-            for sample in samples:
-                agent = f"locomo-{run_tag}-{sample.sample_id}"
-                agents.append(agent)
-                owners: dict[uuid.UUID, list[str]] = {}
-                for start in range(0, len(sample.turns), STORE_BATCH):
-                    batch = sample.turns[start:start + STORE_BATCH]
-                    results = store.store_many(agent, [
-                        {"content": t.content, "created_at": t.created_at, "session_id": t.session,
-                         "metadata": {"dia_id": t.dia_id, "sample_id": sample.sample_id}}
-                        for t in batch])
-                    for turn, result in zip(batch, results, strict=True):
-                        owners.setdefault(result.id, []).append(turn.dia_id)  # dups share one
-                    bar.update(len(batch))
-                dia_by_memory[agent] = owners
-
-        total_questions = sum(len(s.questions) for s in samples)
-        with progress_bar(total_questions, desc="recall", unit="q") as bar:
-            for sample, agent in zip(samples, agents, strict=True):
-                owners = dia_by_memory[agent]
-                turn_ids = [t.dia_id for t in sample.turns]
-                matrix = embedder.embed([t.content for t in sample.turns])
-                with watch("bm25_index"):
-                    bm25 = BM25Okapi([tokenize(t.content) for t in sample.turns])
-                for q in sample.questions:
-                    rankings: dict[str, Ranking] = {}
-                    per_k: dict[str, dict[str, float]] = {}
-                    # memoryd: one recall per k, exactly as an agent asking for k memories.
-                    scores: dict[str, float] = {}
-                    for k in KS:
-                        t0 = time.perf_counter()
-                        hits = store.recall(agent, q.question, limit=k)
-                        recall_ms.append((time.perf_counter() - t0) * 1000)
-                        ranking = [owners.get(h.memory.id)
-                                   or [str(h.memory.metadata.get("dia_id", ""))] for h in hits]
-                        one = score_ranking(ranking, q.evidence)
-                        scores[f"recall@{k}"] = one[f"recall@{k}"]
-                        scores[f"hit@{k}"] = one[f"hit@{k}"]
-                        if k == max(KS):  # evidence ranks in the JSON: the limit-20 call
-                            rankings["memoryd"] = ranking
-                    per_k["memoryd"] = scores
-                    with watch("bm25_query"):
-                        bm = bm25.get_scores(tokenize(q.question))
-                        rankings["bm25"] = [[turn_ids[i]] for i in top_indices(bm, max(KS))]
-                    with watch("cosine_query"):
-                        cos = matrix @ embedder.embed([q.question])[0]
-                        rankings["cosine"] = [[turn_ids[i]] for i in top_indices(cos, max(KS))]
-                    for system in ("bm25", "cosine"):
-                        per_k[system] = score_ranking(rankings[system], q.evidence)
-                    rows.append({
-                        "sample": sample.sample_id, "qa": q.index, "category": q.category,
-                        "evidence": list(q.evidence), "scores": per_k,
-                        "ranks": {s: evidence_ranks(rankings[s], q.evidence) for s in SYSTEMS},
-                    })
-                    bar.update(1)
-        settings = store.settings
-        config = {**settings.weights(), "recall_fusion": settings.recall_fusion,
-                  "recall_context_weight": settings.recall_context_weight,
-                  "candidate_factor": CANDIDATE_FACTOR,
-                  "recall_exact_threshold": settings.recall_exact_threshold,
-                  "embed_int8": settings.embed_int8,
-                  "query_embed_int8": settings.query_embed_int8}
+        _embed_corpus(samples, embedder, query_embedder, watch)
+        stored = _store_all(store, samples, uuid.uuid4().hex[:8], agents, watch)
+        rows = _ask_all(store, stored, embedder, watch, recall_ms)
+        config = settings_record(store)
     finally:
         # Leave a shared database as we found it; never mask the error that got us here.
         with contextlib.suppress(Exception):
@@ -320,12 +417,6 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
                 store.forget_agent(agent)
         store.engine.dispose()
 
-    skipped: dict[str, int] = {}
-    for s in samples:
-        for reason, n in s.skipped.items():
-            skipped[reason] = skipped.get(reason, 0) + n
-    n_recalls = len(recall_ms)
-    timings = {**watch.rounded(), "memoryd_recall": round(sum(recall_ms) / 1000, 2)}
     return {
         "benchmark": "locomo",
         "date": now_iso(),
@@ -334,18 +425,13 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
         "samples": len(samples),
         "turns": sum(len(s.turns) for s in samples),
         "questions": len(rows),
-        "skipped_questions": skipped,
+        "skipped_questions": skipped_total(samples),
         "ks": list(KS),
         "categories": {str(k): v for k, v in CATEGORIES.items()},
         "memoryd_settings": config,
         "results": aggregate(rows),
-        "timings_s": timings,
-        "memoryd_recall_ms": {
-            "calls": n_recalls,
-            "mean": round(statistics.fmean(recall_ms), 2) if recall_ms else None,
-            "p50": round(statistics.median(recall_ms), 2) if recall_ms else None,
-            "p95": round(float(np.percentile(recall_ms, 95)), 2) if recall_ms else None,
-        },
+        "timings_s": {**watch.rounded(), "memoryd_recall": round(sum(recall_ms) / 1000, 2)},
+        "memoryd_recall_ms": latency_summary(recall_ms),
         "per_question": rows,
     }
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -43,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Engine, create_engine, text
 
+from bench.common import Stopwatch
 from bench.common import progress as _progress
 from bench.common import progress_bar as _progress_bar
 
@@ -55,6 +55,8 @@ NOISE_NORM = 0.35              # relative to the unit sentence vector
 STORE_BATCH = 500
 INSERT_CHUNK = 50_000
 SEED_FILE = "seed.json"
+# Dropped for the bulk load, rebuilt after it (migrations 0001 and 0006 define them).
+BULK_INDEXES = ("ix_memories_embedding_hnsw", "ix_memories_agent_lexemes")
 SEED_VERSION = 1
 
 # Server settings while loading (no WAL for index builds, big sort memory) ...
@@ -279,6 +281,112 @@ def _say(enabled: bool, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class _Pool:
+    """The embedded sentence pool and the noise vectors added to its vectors."""
+
+    sentences: list[str]
+    vectors: npt.NDArray[np.float32]
+    noise: npt.NDArray[np.float32]
+
+
+def pool_count(pool_size: int, background_rows: int) -> int:
+    """How many pool sentences: at most ``pool_size``, and at least 20 rows per sentence."""
+    return max(1, min(pool_size, background_rows // 20 or 1, background_rows))
+
+
+def _require_empty(engine: Engine) -> None:
+    with engine.begin() as conn:
+        if conn.execute(text("SELECT EXISTS (SELECT 1 FROM memories)")).scalar_one():
+            raise RuntimeError("the database already holds memories; seed an empty one")
+
+
+def _load_pool(engine: Engine, embedder: Any, pool_n: int, show: bool,
+               watch: Stopwatch) -> _Pool:
+    """Step 1: a pool of distinct sentences embedded once, and noise vectors, also
+    copied into scratch tables for the server-side load."""
+    from memoryd.memory.embeddings import DIM
+
+    sentences_ = sentences(pool_n, seed=1)
+    with watch("embed_pool"):
+        vectors = _embed(embedder, sentences_, show, "embedding pool")
+    noise = _noise(NOISE_VECTORS, DIM, seed=3)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE IF EXISTS bench_pool, bench_noise"))
+        conn.execute(text("CREATE UNLOGGED TABLE bench_pool (i int PRIMARY KEY, "
+                          f"content text NOT NULL, embedding vector({DIM}) NOT NULL)"))
+        conn.execute(text("CREATE UNLOGGED TABLE bench_noise (j int PRIMARY KEY, "
+                          f"v vector({DIM}) NOT NULL)"))
+        _copy(conn, "bench_pool (i, content, embedding)",
+              ((i, t, _vec(v)) for i, (t, v) in enumerate(zip(sentences_, vectors,
+                                                               strict=True))))
+        _copy(conn, "bench_noise (j, v)", ((j, _vec(v)) for j, v in enumerate(noise)))
+    return _Pool(sentences_, vectors, noise)
+
+
+def _drop_bulk_indexes(engine: Engine) -> dict[str, str]:
+    """Step 2: drop the vector and full-text indexes for the bulk load; their DDL."""
+    defs = _index_defs(engine, BULK_INDEXES)
+    with engine.begin() as conn:
+        for name in defs:
+            conn.execute(text(f"DROP INDEX {name}"))
+    return defs
+
+
+def _load_background(engine: Engine, rows: int, pool_n: int, agents: int,
+                     show: bool) -> None:
+    """Step 3: the background agents' rows, generated server-side in chunks."""
+    insert = text(background_insert())
+    with _bar(rows, show, desc="background rows", unit="row") as bar:
+        for lo in range(0, rows, INSERT_CHUNK):
+            hi = min(lo + INSERT_CHUNK, rows) - 1
+            with engine.begin() as conn:
+                conn.execute(insert, {
+                    "lo": lo, "hi": hi, "pool": pool_n, "noise": NOISE_VECTORS,
+                    "agents": agents})
+            bar.update(hi - lo + 1)
+
+
+def _store_queried(store: Any, url: str, pool: _Pool, *, typical_size: int, big_size: int,
+                   real_big_embeddings: bool, show: bool, watch: Stopwatch) -> None:
+    """Step 4: the queried agents, through the real API (``store_many``)."""
+    from memoryd.memory.store import MemoryStore
+
+    with watch("store_typical"):
+        typical = sentences(typical_size, seed=11)
+        _store(store, TYPICAL_AGENT, typical, show)
+    with watch("store_big"):
+        big = sentences(big_size, seed=12, exclude=set(typical))
+        if real_big_embeddings:
+            _store(store, BIG_AGENT, big, show)
+        else:
+            big_store = MemoryStore(url, engine=store.engine, embedder=_pool_embedder(
+                big, pool.sentences, pool.vectors, pool.noise))
+            _store(big_store, BIG_AGENT, big, show)
+
+
+def _rebuild_indexes(engine: Engine, defs: dict[str, str], show: bool,
+                     watch: Stopwatch) -> None:
+    """Step 5: the dropped indexes back, with generous sort memory."""
+    for name, ddl in defs.items():
+        _say(show, f"building {name} ...")
+        with watch(f"build_{name}"), engine.begin() as conn:
+            conn.execute(text("SET LOCAL maintenance_work_mem = '8GB'"))
+            conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 2"))
+            conn.execute(text(ddl))
+        _say(show, f"built {name} in {watch.seconds[f'build_{name}']:.1f} s")
+
+
+def _finish(engine: Engine, watch: Stopwatch) -> None:
+    """Step 6: drop the scratch tables, vacuum and analyze."""
+    with watch("vacuum_analyze"):
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS bench_pool, bench_noise"))
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(text("VACUUM (ANALYZE) memories"))
+
+
 def seed(url: str, *, total: int = 1_000_000, agents: int = 1_000,
          big_agent_size: int = 100_000, typical_agent_size: int = 1_000,
          pool_size: int = POOL_SIZE, real_big_embeddings: bool = False,
@@ -287,117 +395,86 @@ def seed(url: str, *, total: int = 1_000_000, agents: int = 1_000,
 
     The database should be empty of memories: seeding is not incremental.
     """
-    from memoryd.memory.embeddings import DIM, get_embedder
+    from memoryd.memory.embeddings import get_embedder
     from memoryd.memory.store import MemoryStore
 
     if agents < 3 or big_agent_size + typical_agent_size >= total:
         raise ValueError("need at least 3 agents and room for background rows")
     background_agents = agents - 2
     background_rows = total - big_agent_size - typical_agent_size
+    pool_n = pool_count(pool_size, background_rows)
     embedder = embedder or get_embedder()
-    seconds: dict[str, float] = {}
+    watch = Stopwatch()
     engine = _engine(url)
     store = MemoryStore(url, embedder=embedder)
     try:
-        t0 = time.perf_counter()
-        store.migrate()
-        with engine.begin() as conn:
-            if conn.execute(text("SELECT EXISTS (SELECT 1 FROM memories)")).scalar_one():
-                raise RuntimeError("the database already holds memories; seed an empty one")
-        # 1. Pool of distinct sentences, embedded once; noise vectors.
-        pool_n = max(1, min(pool_size, background_rows // 20 or 1, background_rows))
-        pool = sentences(pool_n, seed=1)
-        t = time.perf_counter()
-        pool_vectors = _embed(embedder, pool, progress, "embedding pool")
-        seconds["embed_pool"] = time.perf_counter() - t
-        noise = _noise(NOISE_VECTORS, DIM, seed=3)
-        with engine.begin() as conn:
-            conn.execute(text("DROP TABLE IF EXISTS bench_pool, bench_noise"))
-            conn.execute(text("CREATE UNLOGGED TABLE bench_pool (i int PRIMARY KEY, "
-                              "content text NOT NULL, embedding vector(384) NOT NULL)"))
-            conn.execute(text("CREATE UNLOGGED TABLE bench_noise (j int PRIMARY KEY, "
-                              "v vector(384) NOT NULL)"))
-            _copy(conn, "bench_pool (i, content, embedding)",
-                  ((i, s, _vec(v)) for i, (s, v) in enumerate(zip(pool, pool_vectors,
-                                                                   strict=True))))
-            _copy(conn, "bench_noise (j, v)", ((j, _vec(v)) for j, v in enumerate(noise)))
-        # 2. Drop the vector and full-text indexes for the bulk load.
-        defs = _index_defs(engine, ("ix_memories_embedding_hnsw", "ix_memories_agent_lexemes"))
-        with engine.begin() as conn:
-            for name in defs:
-                conn.execute(text(f"DROP INDEX {name}"))
-        # 3. Background rows, server-side.
-        t = time.perf_counter()
-        with _bar(background_rows, progress, desc="background rows", unit="row") as bar:
-            for lo in range(0, background_rows, INSERT_CHUNK):
-                hi = min(lo + INSERT_CHUNK, background_rows) - 1
-                with engine.begin() as conn:
-                    conn.execute(text(_BACKGROUND_INSERT), {
-                        "lo": lo, "hi": hi, "pool": pool_n, "noise": NOISE_VECTORS,
-                        "agents": background_agents})
-                bar.update(hi - lo + 1)
-        seconds["load_background"] = time.perf_counter() - t
-        # 4. The queried agents, through the real API.
-        t = time.perf_counter()
-        typical = sentences(typical_agent_size, seed=11)
-        _store(store, TYPICAL_AGENT, typical, progress)
-        seconds["store_typical"] = time.perf_counter() - t
-        t = time.perf_counter()
-        big = sentences(big_agent_size, seed=12, exclude=set(typical))
-        if real_big_embeddings:
-            _store(store, BIG_AGENT, big, progress)
-        else:
-            big_store = MemoryStore(url, engine=store.engine,
-                                    embedder=_pool_embedder(big, pool, pool_vectors, noise))
-            _store(big_store, BIG_AGENT, big, progress)
-        seconds["store_big"] = time.perf_counter() - t
-        # 5. Indexes back, statistics.
-        for name, ddl in defs.items():
-            _say(progress, f"building {name} ...")
-            t = time.perf_counter()
-            with engine.begin() as conn:
-                conn.execute(text("SET LOCAL maintenance_work_mem = '8GB'"))
-                conn.execute(text("SET LOCAL max_parallel_maintenance_workers = 2"))
-                conn.execute(text(ddl))
-            seconds[f"build_{name}"] = time.perf_counter() - t
-            _say(progress, f"built {name} in {seconds[f'build_{name}']:.1f} s")
-        t = time.perf_counter()
-        with engine.begin() as conn:
-            conn.execute(text("DROP TABLE IF EXISTS bench_pool, bench_noise"))
-        with engine.connect() as conn:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(text("VACUUM (ANALYZE) memories"))
-        seconds["vacuum_analyze"] = time.perf_counter() - t
-        seconds["total"] = time.perf_counter() - t0
+        with watch("total"):
+            store.migrate()
+            _require_empty(engine)
+            pool = _load_pool(engine, embedder, pool_n, progress, watch)
+            defs = _drop_bulk_indexes(engine)
+            with watch("load_background"):
+                _load_background(engine, background_rows, pool_n, background_agents,
+                                 progress)
+            _store_queried(store, url, pool, typical_size=typical_agent_size,
+                           big_size=big_agent_size, real_big_embeddings=real_big_embeddings,
+                           show=progress, watch=watch)
+            _rebuild_indexes(engine, defs, progress, watch)
+            _finish(engine, watch)
         return SeedInfo(total=total, agents=agents, big_agent=BIG_AGENT,
                         big_agent_size=big_agent_size, typical_agent=TYPICAL_AGENT,
                         typical_agent_size=typical_agent_size,
                         background_agents=background_agents, background_rows=background_rows,
                         pool_size=pool_n, real_big_embeddings=real_big_embeddings,
-                        seconds={k: round(v, 2) for k, v in seconds.items()},
+                        seconds=watch.rounded(2),
                         created_at=datetime.now(UTC).isoformat(timespec="seconds"))
     finally:
         store.engine.dispose()
         engine.dispose()
 
 
-# One chunk of background rows: pool sentence (n mod pool) + a distinguishing suffix, its
-# vector plus noise (n mod 997), an agent (n mod agents), a spread of ages and categories.
-_BACKGROUND_INSERT = """
-INSERT INTO memories (agent_id, content, content_hash, category, importance, created_at,
-                      updated_at, embedding)
-SELECT a.agent_id, c.content, encode(sha256(convert_to(c.content, 'UTF8')), 'hex'),
-       (ARRAY['fact', 'preference', 'decision', 'task', 'context', 'event'])[1 + g.n % 6],
-       0.3 + (g.n % 5) * 0.1,
-       now() - make_interval(days => CAST(g.n % 400 AS int), secs => CAST(g.n % 86400 AS float8)),
-       now() - make_interval(days => CAST(g.n % 400 AS int), secs => CAST(g.n % 86400 AS float8)),
-       l2_normalize(p.embedding + z.v)
+# What a background row sets, per column of ``memories``; every other column takes its
+# default. Row n: pool sentence (n mod pool) + a distinguishing suffix, its vector plus
+# noise (n mod 997), an agent (n mod agents), a spread of ages, categories, importances.
+# The content hash is ``writes.content_hash`` in SQL (the contents hold no runs of
+# whitespace for it to normalize).
+BACKGROUND_CATEGORIES = ("fact", "preference", "decision", "task", "context", "event")
+_AGE = ("now() - make_interval(days => CAST(g.n % 400 AS int), "
+        "secs => CAST(g.n % 86400 AS float8))")
+BACKGROUND_VALUES: dict[str, str] = {
+    "agent_id": "a.agent_id",
+    "content": "c.content",
+    "content_hash": "encode(sha256(convert_to(c.content, 'UTF8')), 'hex')",
+    "category": "(ARRAY[{}])[1 + g.n % {}]".format(
+        ", ".join(f"'{c}'" for c in BACKGROUND_CATEGORIES), len(BACKGROUND_CATEGORIES)),
+    "importance": "0.3 + (g.n % 5) * 0.1",
+    "created_at": _AGE,
+    "updated_at": _AGE,
+    "embedding": "l2_normalize(p.embedding + z.v)",
+}
+
+
+def background_insert() -> str:
+    """The INSERT of one chunk of background rows, its columns in table order as memoryd
+    defines them (``rows.STORED_COLUMNS``)."""
+    from memoryd.memory.rows import STORED_COLUMNS
+
+    unknown = set(BACKGROUND_VALUES) - set(STORED_COLUMNS)
+    if unknown:
+        raise ValueError(f"not stored columns of memories: {sorted(unknown)}")
+    columns = [c for c in STORED_COLUMNS if c in BACKGROUND_VALUES]
+    values = ",\n       ".join(BACKGROUND_VALUES[c] for c in columns)
+    return f"""
+INSERT INTO memories ({", ".join(columns)})
+SELECT {values}
 FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g(n)
 JOIN bench_pool p ON p.i = g.n % :pool
 JOIN bench_noise z ON z.j = g.n % :noise
-CROSS JOIN LATERAL (SELECT 'bg-' || lpad((g.n % :agents)::text, 4, '0') AS agent_id) a
+CROSS JOIN LATERAL (SELECT '{BACKGROUND_PREFIX}' || lpad((g.n % :agents)::text, 4, '0')
+                    AS agent_id) a
 CROSS JOIN LATERAL (SELECT p.content || ' (note ' || g.n || ')' AS content) c
 """
+
 
 
 def _vec(v: npt.NDArray[np.float32]) -> str:

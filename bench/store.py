@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,12 +27,14 @@ from typing import Any
 
 from bench.common import (
     OUT_DIR,
+    Timer,
     embedded_postgres,
     format_table,
     machine_info,
     now_iso,
     progress,
     progress_bar,
+    timer,
     write_json,
 )
 
@@ -108,10 +109,10 @@ class Worker:
 
         app = Celery("memoryd-bench-ping", broker=self.broker_url, set_as_current=False)
         app.conf.update(broker_connection_retry_on_startup=True, accept_content=["json"])
-        deadline = time.monotonic() + timeout
+        waited = Timer()
         try:
             while not app.control.ping(timeout=0.5):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                if self.proc.poll() is not None or waited.seconds > timeout:
                     raise RuntimeError(f"worker did not start:\n{self.log_tail()}")
         finally:
             app.close()
@@ -172,9 +173,9 @@ def raw_sweep(texts: Sequence[str]) -> dict[str, float]:
     for size in progress(RAW_BATCH_SIZES, desc="raw embedding sweep", unit="setting"):
         embedder = MiniLMEmbedder(threads=0, batch_size=size)
         embedder.embed(sample[:size])  # warm-up
-        start = time.perf_counter()
-        embedder.embed(sample)
-        sweep[str(size)] = round(len(sample) / (time.perf_counter() - start), 1)
+        with timer() as clock:
+            embedder.embed(sample)
+        sweep[str(size)] = round(len(sample) / clock.seconds, 1)
     return sweep
 
 
@@ -188,9 +189,9 @@ def raw_pass(texts: Sequence[str], batch_size: int, desc: str) -> float:
     step = max(batch_size, 256)
     for start_at in progress(range(0, len(texts), step), desc=desc, unit="batch"):
         chunk = list(texts[start_at:start_at + step])
-        start = time.perf_counter()
-        embedder.embed(chunk)
-        seconds += time.perf_counter() - start
+        with timer() as clock:
+            embedder.embed(chunk)
+        seconds += clock.seconds
     return seconds
 
 
@@ -218,16 +219,16 @@ def warm_up(client: Any, concurrency: int) -> None:
 
 def run_single(client: Any, texts: Sequence[str], agents: Sequence[str]) -> dict[str, Any]:
     """Every text as its own ``client.store(..., wait=False)``, then wait for all."""
-    start = time.perf_counter()
-    handles = [client.store(agents[i % len(agents)], text, wait=False)
-               for i, text in enumerate(texts)]
-    sent = time.perf_counter() - start
-    stored = 0
-    with progress_bar(len(handles), desc="store (single)", unit="mem") as bar:
-        for handle in handles:
-            stored += bool(handle.get(timeout=RESULT_TIMEOUT_S).stored)
-            bar.update(1)
-    seconds = time.perf_counter() - start
+    with timer() as clock:
+        handles = [client.store(agents[i % len(agents)], text, wait=False)
+                   for i, text in enumerate(texts)]
+        sent = clock.seconds
+        stored = 0
+        with progress_bar(len(handles), desc="store (single)", unit="mem") as bar:
+            for handle in handles:
+                stored += bool(handle.get(timeout=RESULT_TIMEOUT_S).stored)
+                bar.update(1)
+    seconds = clock.seconds
     return {"calls": len(texts), "stored": stored, "enqueue_seconds": round(sent, 3),
             "seconds": round(seconds, 3), "per_s": round(len(texts) / seconds, 1)}
 
@@ -235,17 +236,17 @@ def run_single(client: Any, texts: Sequence[str], agents: Sequence[str]) -> dict
 def run_many(client: Any, texts: Sequence[str], agents: Sequence[str],
              batch: int) -> dict[str, Any]:
     """The texts in ``store_many`` calls of ``batch`` items (all enqueued, then awaited)."""
-    start = time.perf_counter()
-    handles = [client.store_many(agents[(i // batch) % len(agents)],
-                                 [{"content": t} for t in texts[i:i + batch]], wait=False)
-               for i in range(0, len(texts), batch)]
-    stored = 0
-    with progress_bar(len(texts), desc=f"store_many ({batch})", unit="mem") as bar:
-        for handle in handles:
-            results = handle.get(timeout=RESULT_TIMEOUT_S)
-            stored += sum(r.stored for r in results)
-            bar.update(len(results))
-    seconds = time.perf_counter() - start
+    with timer() as clock:
+        handles = [client.store_many(agents[(i // batch) % len(agents)],
+                                     [{"content": t} for t in texts[i:i + batch]], wait=False)
+                   for i in range(0, len(texts), batch)]
+        stored = 0
+        with progress_bar(len(texts), desc=f"store_many ({batch})", unit="mem") as bar:
+            for handle in handles:
+                results = handle.get(timeout=RESULT_TIMEOUT_S)
+                stored += sum(r.stored for r in results)
+                bar.update(len(results))
+    seconds = clock.seconds
     return {"calls": len(handles), "batch": batch, "stored": stored,
             "seconds": round(seconds, 3), "per_s": round(len(texts) / seconds, 1)}
 
@@ -306,8 +307,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def against_targets(block: dict[str, Any], raw_rate: float) -> dict[str, Any]:
+    """``block`` (a path's result) with its ratio to the raw embedding rate and whether it
+    meets both targets."""
+    ratio = round(block["per_s"] / raw_rate, 3)
+    return {**block, "ratio_to_raw": ratio,
+            "meets_target": bool(block["per_s"] >= TARGET_RATE and ratio >= TARGET_RATIO)}
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The raw embedding passes around the two worker phases; their results."""
     from memoryd.client import MemoryClient
 
     texts = make_texts(2 * args.n)
@@ -327,26 +336,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         many = run_many(client, many_texts, many_agents, args.batch)
     raw_seconds.append(raw_pass(single_texts, raw_batch, "raw embedding (after)"))
     raw = raw_embedding(sweep, raw_seconds, args.n)
+    return {"raw_embedding": raw, "single": against_targets(single, raw["per_s"]),
+            "store_many": against_targets(many, raw["per_s"])}
 
-    raw_rate = raw["per_s"]
-    for block in (single, many):
-        block["ratio_to_raw"] = round(block["per_s"] / raw_rate, 3)
-        block["meets_target"] = bool(block["per_s"] >= TARGET_RATE
-                                     and block["ratio_to_raw"] >= TARGET_RATIO)
+
+def summary_rows(report: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The printed table's rows: path, memories, seconds, per s, of raw, target met."""
+    n, raw, single, many = (report["n"], report["raw_embedding"], report["single"],
+                            report["store_many"])
+    return [("raw embedding (in-process, all cores)", n, raw["seconds"], raw["per_s"], 1.0, ""),
+            ("client.store, wait=False", n, single["seconds"], single["per_s"],
+             single["ratio_to_raw"], "yes" if single["meets_target"] else "no"),
+            (f"client.store_many, {many['batch']}/call", n, many["seconds"], many["per_s"],
+             many["ratio_to_raw"], "yes" if many["meets_target"] else "no")]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = measure(args)
     report = {
         "benchmark": "store", "date": now_iso(), "machine": machine_info(), "n": args.n,
         "agents": args.agents, "worker": worker_settings(args.store_batch),
-        "target": {"per_s": TARGET_RATE, "ratio_to_raw": TARGET_RATIO},
-        "raw_embedding": raw, "single": single, "store_many": many,
+        "target": {"per_s": TARGET_RATE, "ratio_to_raw": TARGET_RATIO}, **results,
     }
-    rows = [("raw embedding (in-process, all cores)", args.n, raw["seconds"], raw["per_s"],
-             1.0, ""),
-            ("client.store, wait=False", args.n, single["seconds"], single["per_s"],
-             single["ratio_to_raw"], "yes" if single["meets_target"] else "no"),
-            (f"client.store_many, {args.batch}/call", args.n, many["seconds"], many["per_s"],
-             many["ratio_to_raw"], "yes" if many["meets_target"] else "no")]
-    print(format_table(["path", "memories", "seconds", "per s", "of raw", "target"], rows,
-                       digits=2))
+    print(format_table(["path", "memories", "seconds", "per s", "of raw", "target"],
+                       summary_rows(report), digits=2))
+    raw = report["raw_embedding"]
     print(f"raw embedding batch sweep (per s): {raw['sweep_per_s']}; "
           f"passes before/after the worker (per s): {raw['passes_per_s']}")
     write_json(args.out, report)

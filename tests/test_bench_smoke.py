@@ -137,3 +137,134 @@ def test_locomo_benchmark_end_to_end(tiny_locomo: Path, tmp_path: Path, pg_url: 
     assert report["timings_s"]["store"] >= 0
     assert report["memoryd_recall_ms"]["calls"] == 8 * 3
     assert len(report["per_question"]) == 8
+
+
+# --- the benchmarks' small steps -------------------------------------------------------
+def test_timer_reads_running_then_fixed() -> None:
+    from bench.common import Stopwatch, Timer, timer
+
+    with timer() as clock:
+        running = clock.seconds
+        assert running >= 0.0
+    done = clock.seconds
+    assert done >= running
+    assert clock.seconds == done  # fixed once the block ended
+    assert clock.ms == pytest.approx(done * 1000)
+    assert clock.stop() == done  # a second stop keeps the first
+
+    lone = Timer()
+    assert lone.stopped is None and lone.seconds >= 0.0
+
+    watch = Stopwatch()
+    for _ in range(2):
+        with watch("phase"):
+            pass
+    with pytest.raises(RuntimeError), watch("failed"):
+        raise RuntimeError
+    assert set(watch.seconds) == {"phase", "failed"}  # timed even when the block fails
+    assert all(v >= 0.0 for v in watch.rounded(3).values())
+
+
+def _question(evidence: tuple[str, ...] = ("D1:1", "D1:3")) -> locomo.Question:
+    return locomo.Question(index=4, question="Where?", category=1, evidence=evidence)
+
+
+def test_locomo_turn_items_and_ranking() -> None:
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    turn = locomo.Turn("D1:1", "(date) Ada: hi", when, "session_1")
+    sample = locomo.Sample("s-1", (turn,), (), {})
+    assert locomo.turn_items(sample, [turn]) == [{
+        "content": "(date) Ada: hi", "created_at": when, "session_id": "session_1",
+        "metadata": {"dia_id": "D1:1", "sample_id": "s-1"}}]
+
+    class _Hit:
+        def __init__(self, memory_id: object, dia_id: str) -> None:
+            self.memory = type("M", (), {"id": memory_id, "metadata": {"dia_id": dia_id}})()
+
+    shared, other = object(), object()
+    owners = {shared: ["D1:1", "D1:2"]}  # two identical turns stored as one memory
+    assert locomo.memory_ranking([_Hit(shared, "D1:1"), _Hit(other, "D2:2")], owners) == \
+        [["D1:1", "D1:2"], ["D2:2"]]
+
+
+def test_locomo_question_row() -> None:
+    rankings = {"memoryd": [["D1:3"], ["D1:1"]], "bm25": [["D1:1"]], "cosine": [["D9:9"]]}
+    memoryd_scores = {"recall@5": 1.0}
+    row = locomo.question_row("s-1", _question(), memoryd_scores, rankings)
+    assert row["sample"] == "s-1" and row["qa"] == 4 and row["category"] == 1
+    assert row["evidence"] == ["D1:1", "D1:3"]
+    assert row["scores"]["memoryd"] is memoryd_scores  # measured per k, kept as is
+    assert row["scores"]["bm25"]["recall@5"] == 0.5
+    assert row["scores"]["cosine"]["hit@20"] == 0.0
+    assert row["ranks"] == {"memoryd": [2, 1], "bm25": [1, None], "cosine": [None, None]}
+
+
+def test_locomo_totals() -> None:
+    samples = [locomo.Sample("a", (), (), {"category": 2, "no_evidence": 1}),
+               locomo.Sample("b", (), (), {"category": 1, "no_evidence": 0})]
+    assert locomo.skipped_total(samples) == {"category": 3, "no_evidence": 1}
+    assert locomo.latency_summary([]) == {"calls": 0, "mean": None, "p50": None, "p95": None}
+    summary = locomo.latency_summary([1.0, 2.0, 3.0, 10.0])
+    assert summary["calls"] == 4 and summary["mean"] == 4.0 and summary["p50"] == 2.5
+
+
+def test_scale_background_insert_follows_memoryd_columns() -> None:
+    from bench import scale
+    from memoryd.db.models import MemoryRow
+    from memoryd.memory.rows import STORED_COLUMNS
+    from memoryd.types import CATEGORIES
+
+    sql = scale.background_insert()
+    listed = sql.split("INSERT INTO memories (", 1)[1].split(")", 1)[0].split(", ")
+    assert listed == [c for c in STORED_COLUMNS if c in scale.BACKGROUND_VALUES]
+    required = {c.name for c in MemoryRow.__table__.columns
+                if not c.nullable and c.server_default is None and c.computed is None}
+    assert required <= set(listed)
+    assert set(scale.BACKGROUND_CATEGORIES) <= set(CATEGORIES)
+    assert "(ARRAY['fact', 'preference', 'decision', 'task', 'context', 'event'])" \
+        "[1 + g.n % 6]" in sql
+
+
+def test_scale_background_content_hash_is_memoryds(pg_url: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    from bench import scale
+    from memoryd.db.engine import normalize_url
+    from memoryd.memory.writes import content_hash
+
+    expression = scale.BACKGROUND_VALUES["content_hash"]
+    content = scale.sentences(1, seed=1)[0] + " (note 12345)"
+    engine = create_engine(normalize_url(pg_url))
+    try:
+        with engine.connect() as conn:
+            got = conn.execute(text(f"SELECT {expression} FROM (SELECT :c AS content) c"),
+                               {"c": content}).scalar_one()
+    finally:
+        engine.dispose()
+    assert got == content_hash(content)
+
+
+def test_scale_pool_count() -> None:
+    from bench import scale
+
+    assert scale.pool_count(20_000, 899_000) == 20_000
+    assert scale.pool_count(20_000, 100_000) == 5_000  # at least 20 rows per sentence
+    assert scale.pool_count(20_000, 10) == 1
+
+
+def test_store_targets_and_rows() -> None:
+    from bench import store
+
+    met = store.against_targets({"per_s": 300.0}, raw_rate=360.0)
+    assert met == {"per_s": 300.0, "ratio_to_raw": 0.833, "meets_target": True}
+    assert not store.against_targets({"per_s": 200.0}, raw_rate=210.0)["meets_target"]
+    assert not store.against_targets({"per_s": 300.0}, raw_rate=500.0)["meets_target"]
+    report = {"n": 10, "raw_embedding": {"seconds": 0.1, "per_s": 100.0},
+              "single": {"seconds": 0.2, "per_s": 50.0, "ratio_to_raw": 0.5,
+                         "meets_target": False},
+              "store_many": {"batch": 5, "seconds": 0.1, "per_s": 99.0, "ratio_to_raw": 0.99,
+                             "meets_target": True}}
+    rows = store.summary_rows(report)
+    assert [r[0] for r in rows] == ["raw embedding (in-process, all cores)",
+                                    "client.store, wait=False", "client.store_many, 5/call"]
+    assert [r[-1] for r in rows] == ["", "no", "yes"]
