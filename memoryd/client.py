@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 from uuid import UUID
@@ -21,13 +20,18 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 
 from memoryd import validation as check
+from memoryd.celery_config import (
+    MAINTENANCE_QUEUE,
+    MAINTENANCE_TASK_PREFIX,
+    MEMORY_QUEUE,
+    celery_config,
+)
 from memoryd.config import Settings, get_settings
-from memoryd.errors import MemorydError, MemorydTimeoutError, ValidationError, WorkerError
+from memoryd.errors import MemorydError, MemorydTimeoutError, WorkerError
 from memoryd.types import Entity, Memory, Page, Recalled, SessionInfo, StoreItem, StoreResult
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
-MAX_KG_DEPTH = 6  # memoryd.memory.graph.MAX_DEPTH (not imported: the client stays thin)
 
 
 class Pending(Generic[T]):
@@ -77,18 +81,11 @@ class MemoryClient:
     def __init__(self, broker_url: str | None = None, result_backend: str | None = None, *,
                  timeout: float = DEFAULT_TIMEOUT_S, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
-        broker = broker_url or self.settings.resolved_broker_url()
         self.timeout = timeout
         self._backends: set[Any] = set()
         self._app = Celery("memoryd-client", set_as_current=False)
-        self._app.conf.update(
-            broker_url=broker,
-            result_backend=result_backend or self.settings.result_backend or broker,
-            task_serializer="json", result_serializer="json",
-            accept_content=["json"], result_accept_content=["json"],
-            broker_connection_retry_on_startup=True,
-            broker_transport_options={"visibility_timeout": self.settings.visibility_timeout_s},
-        )
+        self._app.conf.update(celery_config(self.settings, broker_url=broker_url,
+                                            result_backend=result_backend))
 
     def close(self) -> None:
         """Release broker and result-backend connections (of every thread that used us)."""
@@ -110,7 +107,7 @@ class MemoryClient:
 
     # --- plumbing -------------------------------------------------------------
     def _send(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T], *,
-              wait: bool, timeout: float | None, queue: str = "memory") -> T | Pending[T]:
+              wait: bool, timeout: float | None, queue: str = MEMORY_QUEUE) -> T | Pending[T]:
         result = self._app.send_task(name, kwargs=kwargs, queue=queue, argsrepr="()",
                                      kwargsrepr=kwargs_summary(kwargs))
         # Celery keeps one result backend per thread (asyncio calls run in threads).
@@ -147,13 +144,11 @@ class MemoryClient:
                category: str | None = None, tags: Iterable[str] | None = None,
                session_id: str | None = None, include_archived: bool = False,
                mode: str = "fast", timeout: float | None = None) -> builtins.list[Recalled]:
-        if mode not in ("fast", "deep"):
-            raise ValidationError("mode", f"must be 'fast' or 'deep', got {mode!r}")
         kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
                   "limit": check.limit(limit), "category": check.category(category),
                   "tags": list(check.tags(tags)),
                   "session_id": check.short_text("session_id", session_id),
-                  "include_archived": bool(include_archived), "mode": mode}
+                  "include_archived": bool(include_archived), "mode": check.mode(mode)}
         return self._call("memoryd.recall", kwargs, _list_of(Recalled), timeout)
 
     def context(self, agent_id: str, query: str, *, limit: int = 10,
@@ -164,12 +159,12 @@ class MemoryClient:
 
     def forget(self, agent_id: str, memory_id: UUID | str, *,
                timeout: float | None = None) -> bool:
-        kwargs = {"agent_id": check.agent_id(agent_id), "memory_id": _uuid(memory_id)}
+        kwargs = _memory_ref(agent_id, memory_id)
         return self._call("memoryd.forget", kwargs, bool, timeout)
 
     def get(self, agent_id: str, memory_id: UUID | str, *,
             timeout: float | None = None) -> Memory:
-        kwargs = {"agent_id": check.agent_id(agent_id), "memory_id": _uuid(memory_id)}
+        kwargs = _memory_ref(agent_id, memory_id)
         return self._call("memoryd.get", kwargs, Memory.model_validate, timeout)
 
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
@@ -185,13 +180,9 @@ class MemoryClient:
 
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2, *,
                  timeout: float | None = None) -> builtins.list[Entity]:
-        if isinstance(depth, bool) or not isinstance(depth, int) \
-                or not 0 <= depth <= MAX_KG_DEPTH:
-            raise ValidationError("depth", f"must be an integer from 0 to {MAX_KG_DEPTH}")
-        start = check.short_text("start_id", start_id)
-        if start is None:
-            raise ValidationError("start_id", "must be a non-empty string")
-        kwargs = {"agent_id": check.agent_id(agent_id), "start_id": start, "depth": depth}
+        kwargs = {"agent_id": check.agent_id(agent_id),
+                  "start_id": check.required_text("start_id", start_id),
+                  "depth": check.depth(depth)}
         return self._call("memoryd.kg.query", kwargs, _list_of(Entity), timeout)
 
     def sessions(self, agent_id: str, *,
@@ -203,16 +194,11 @@ class MemoryClient:
                 params: Mapping[str, Any] | None = None, wait: bool = True,
                 timeout: float | None = None) -> dict[str, Any] | Pending[dict[str, Any]]:
         """Enqueue maintenance job ``job`` now (queue ``maintenance``)."""
-        from memoryd.config import JOBS
-
-        if job not in JOBS:
-            raise ValidationError("job", f"unknown job {job!r}; one of {JOBS}")
-        if params is not None and not isinstance(params, Mapping):
-            raise ValidationError("params", "must be a mapping of job parameters")
+        name = check.job_name(job)
         kwargs = {"agent_id": check.agent_id(agent_id) if agent_id is not None else None,
-                  "dry_run": bool(dry_run), "params": _json_object("params", params or {})}
-        return self._send(f"memoryd.maintenance.{job}", kwargs, dict, wait=wait,
-                          timeout=timeout, queue="maintenance")
+                  "dry_run": bool(dry_run), "params": check.json_object("params", params or {})}
+        return self._send(f"{MAINTENANCE_TASK_PREFIX}{name}", kwargs, dict, wait=wait,
+                          timeout=timeout, queue=MAINTENANCE_QUEUE)
 
     # --- asyncio ------------------------------------------------------------------
     async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
@@ -257,30 +243,12 @@ def _item_json(item: StoreItem) -> dict[str, Any]:
     return data
 
 
+def _memory_ref(agent_id: str, memory_id: UUID | str) -> dict[str, Any]:
+    return {"agent_id": check.agent_id(agent_id), "memory_id": str(check.memory_id(memory_id))}
+
+
 def _entity_json(entity: Entity | Mapping[str, Any]) -> dict[str, Any]:
-    """The entity as JSON; its id is checked here, the rest again by the worker."""
-    if isinstance(entity, Entity):
-        return entity.model_dump(mode="json")
-    if not isinstance(entity, Mapping):
-        raise ValidationError("entity", "must be an Entity or a mapping")
-    if check.short_text("entity.id", entity.get("id")) is None:
-        raise ValidationError("entity.id", "is required")
-    return _json_object("entity", entity)
-
-
-def _json_object(field: str, value: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        json.dumps(dict(value), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
-    return dict(value)
-
-
-def _uuid(value: UUID | str) -> str:
-    try:
-        return str(UUID(str(value)))
-    except ValueError:
-        raise ValidationError("memory_id", f"is not a UUID: {value!r}") from None
+    return check.entity(entity).model_dump(mode="json")
 
 
 def _list_of(model: Any) -> Callable[[Any], Any]:

@@ -11,7 +11,6 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memoryd.errors import ConfigError
+from memoryd.process import GLOBALS
 
 JOBS = (
     "consolidate", "evict", "expire", "deduplicate", "summarize",
@@ -168,9 +168,6 @@ class Settings(BaseSettings):
             return self.broker_url
         return str(self._runtime().get("broker_url", "redis://127.0.0.1:6379/0"))
 
-    def resolved_result_backend(self) -> str:
-        return self.result_backend or self.resolved_broker_url()
-
     def _runtime(self) -> dict[str, Any]:
         try:
             data = json.loads(self.runtime_file().read_text())
@@ -190,15 +187,17 @@ def _load() -> Settings:
         raise ConfigError(f"invalid memoryd configuration: {problems}") from None
 
 
-@lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process's settings, validated once."""
-    return _load()
+    """The process's settings, validated once (kept in ``memoryd.process``)."""
+    with GLOBALS.lock:
+        if GLOBALS.settings is None:
+            GLOBALS.settings = _load()
+        return GLOBALS.settings
 
 
 def reset_settings() -> None:
-    """Forget the cached settings (tests, or after changing the environment)."""
-    get_settings.cache_clear()
+    """Read the settings again on next use (after changing the environment)."""
+    GLOBALS.settings = None
 
 
 @contextmanager

@@ -19,6 +19,7 @@ CATEGORIES: tuple[str, ...] = (
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 LINK_KINDS: tuple[str, ...] = ("related", "derived_from", "supports", "contradicts")
 RecallMode = Literal["fast", "deep"]
+RECALL_MODES: tuple[RecallMode, ...] = ("fast", "deep")
 
 
 class _Model(BaseModel):

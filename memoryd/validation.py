@@ -9,15 +9,18 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from memoryd.errors import ValidationError
-from memoryd.types import CATEGORIES, ROLES, StoreItem
+from memoryd.types import CATEGORIES, RECALL_MODES, ROLES, Entity, Relation, StoreItem
 
 MAX_AGENT_ID = 255
 MAX_KEY = 512
 MAX_TAGS = 64
 MAX_TAG = 128
 MAX_QUERY_CHARS = 8192
+MAX_KG_DEPTH = 6
+MAX_RELATIONS = 1000
 
 
 def _no_control_chars(field: str, value: str) -> None:
@@ -196,3 +199,95 @@ def store_items(items: object, max_bytes: int, max_items: int = 1000) -> list[St
     if len(checked) > max_items:
         raise ValidationError("items", f"has {len(checked)} memories, at most {max_items}")
     return checked
+
+
+def required_text(field: str, value: object, max_len: int = MAX_KEY) -> str:
+    """``short_text`` that must be given."""
+    checked = short_text(field, value, max_len)
+    if checked is None:
+        raise ValidationError(field, "must be a non-empty string")
+    return checked
+
+
+def memory_id(value: object) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise ValidationError("memory_id", f"is not a UUID: {value!r}") from None
+
+
+def mode(value: object) -> str:
+    if value not in RECALL_MODES:
+        raise ValidationError("mode", f"must be 'fast' or 'deep', got {value!r}")
+    return str(value)
+
+
+def depth(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_KG_DEPTH:
+        raise ValidationError("depth", f"must be an integer from 0 to {MAX_KG_DEPTH}")
+    return value
+
+
+def json_object(field: str, value: object) -> dict[str, Any]:
+    """A mapping that survives JSON (no NaN, no non-string keys' surprises)."""
+    if not isinstance(value, Mapping):
+        raise ValidationError(field, "must be a JSON object")
+    try:
+        json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
+    return dict(value)
+
+
+def job_name(value: object) -> str:
+    """A maintenance job's name (the thin client's copy of the job list: see
+    ``memoryd.schedules.names``)."""
+    from memoryd.schedules.names import JOB_NAMES
+
+    if value not in JOB_NAMES:
+        raise ValidationError("job", f"unknown job {value!r}; one of {list(JOB_NAMES)}")
+    return str(value)
+
+
+def entity(raw: object) -> Entity:
+    """Validate a knowledge-graph entity given as ``Entity`` or a plain mapping."""
+    if not isinstance(raw, Entity | Mapping):
+        raise ValidationError("entity", "must be an Entity or a mapping")
+    data = raw.model_dump() if isinstance(raw, Entity) else dict(raw)
+    entity_id = required_text("entity.id", data.get("id"))
+    entity_type = short_text("entity.type", data.get("type") or "entity", 128) or "entity"
+    attributes = data.get("attributes") or {}
+    if not isinstance(attributes, Mapping):
+        raise ValidationError("entity.attributes", "must be a JSON object")
+    _jsonb_safe("entity.attributes", attributes)
+    return Entity(id=entity_id, type=entity_type, attributes=dict(attributes),
+                  relations=_relations(data.get("relations") or []))
+
+
+def _relations(relations: object) -> list[Relation]:
+    if not isinstance(relations, list) or len(relations) > MAX_RELATIONS:
+        raise ValidationError("entity.relations", f"must be a list of at most {MAX_RELATIONS}")
+    parsed = []
+    for index, rel in enumerate(relations):
+        rel_data = rel.model_dump() if isinstance(rel, Relation) else rel
+        if not isinstance(rel_data, Mapping):
+            raise ValidationError(f"entity.relations[{index}]", "must be {target, type}")
+        target = short_text(f"entity.relations[{index}].target", rel_data.get("target"))
+        rel_type = short_text(f"entity.relations[{index}].type", rel_data.get("type"), 240)
+        if target is None or rel_type is None:
+            raise ValidationError(f"entity.relations[{index}]", "needs target and type")
+        parsed.append(Relation(target=target, type=rel_type))
+    return parsed
+
+
+def _jsonb_safe(field: str, value: Mapping[str, Any]) -> None:
+    """jsonb takes neither NaN, NUL nor lone surrogates."""
+    try:  # (UnicodeEncodeError is a ValueError)
+        encoded = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
+        encoded.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
+    if "\\u0000" in encoded:
+        raise ValidationError(field, "contains a NUL character")

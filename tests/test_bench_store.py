@@ -1,19 +1,13 @@
-"""Smoke test of the store-throughput benchmark (tiny N), and the guarantees of the
-worker's batched ``memoryd.store`` path it measures (``MEMORYD_STORE_BATCH_SIZE``)."""
+"""Smoke test of the store-throughput benchmark (tiny N). The guarantees of the
+worker's batched store path it measures are tested in test_worker_batching.py."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import redis
-from celery import Celery
 
 # bench/ is not an installed package: make the repository root importable.
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -21,12 +15,6 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from bench import store as bench_store  # noqa: E402
-from memoryd.client import MemoryClient, Pending  # noqa: E402
-from memoryd.errors import ValidationError  # noqa: E402
-from memoryd.memory.store import MemoryStore  # noqa: E402
-from memoryd.types import StoreResult  # noqa: E402
-
-BATCH_DB = 5  # this file's own broker database
 
 
 def test_make_texts_is_deterministic_and_distinct() -> None:
@@ -59,57 +47,3 @@ def test_store_benchmark_end_to_end(tmp_path: Path) -> None:
         assert block["per_s"] > 0 and block["seconds"] > 0
         assert block["ratio_to_raw"] == pytest.approx(block["per_s"] / raw["per_s"], abs=0.01)
         assert isinstance(block["meets_target"], bool)
-
-
-@pytest.mark.slow
-def test_batched_stores_keep_per_task_results_errors_and_dedup(
-        spawn_worker: Callable[..., Any], store: MemoryStore, redis_url: str) -> None:
-    broker = redis_url.rsplit("/", 1)[0] + f"/{BATCH_DB}"
-    raw = redis.Redis.from_url(broker)
-    raw.flushdb()
-    worker = spawn_worker(BATCH_DB, concurrency=2, queues="memory",
-                          MEMORYD_STORE_BATCH_SIZE="8")
-    worker.wait_ready()
-    agent, other = f"batch-{uuid.uuid4()}", f"batch-{uuid.uuid4()}"
-    contents = [f"batched fact {i:02d}: {uuid.uuid4()}" for i in range(30)]
-    bare = Celery("memoryd-test-bare", broker=broker, backend=broker, set_as_current=False)
-    bare.conf.update(accept_content=["json"], result_accept_content=["json"],
-                     broker_connection_retry_on_startup=True)
-    try:
-        with MemoryClient(broker_url=broker, timeout=120.0) as client:
-            handles = [client.store(agent if i % 2 else other, c, wait=False,
-                                    session_id="s1", tags=["t"])
-                       for i, c in enumerate(contents)]
-            again = client.store(agent, contents[1], wait=False)  # a duplicate
-            invalid = bare.send_task("memoryd.store", queue="memory",
-                                     kwargs={"agent_id": "", "content": "no agent"})
-            positional = bare.send_task("memoryd.store", queue="memory",
-                                        args=[agent, "stored from positional arguments"])
-            results = [h.get() for h in handles]
-            assert isinstance(again, Pending)
-            duplicate = again.get()
-            with pytest.raises(ValidationError) as caught:
-                invalid.get(timeout=120)
-            assert caught.value.field == "agent_id"
-            assert positional.get(timeout=120)["stored"] is True
-    finally:
-        bare.close()
-    assert all(isinstance(r, StoreResult) and r.stored and not r.duplicate for r in results)
-    assert len({r.id for r in results}) == 30
-    assert duplicate.duplicate and duplicate.id == results[1].id
-    with store.session() as session:
-        from sqlalchemy import text
-
-        stored = session.execute(text(
-            "SELECT agent_id, count(*) FROM memories WHERE agent_id IN (:a, :b) "
-            "GROUP BY agent_id"), {"a": agent, "b": other}).all()
-    assert dict(stored) == {agent: 16, other: 15}
-    assert {s.session_id: s.message_count for s in store.sessions(agent)} == {"s1": 15}
-    # Every message acknowledged, none left behind. A message is acknowledged just after
-    # its result is stored, so the last ack may trail the last result a little.
-    deadline = time.monotonic() + 30
-    while raw.hlen("unacked") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert raw.llen("memory") == 0 and raw.hlen("unacked") == 0
-    raw.flushdb()
-    raw.close()

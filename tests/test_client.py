@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from memoryd.client import MAX_KG_DEPTH, MemoryClient
+from memoryd.client import MemoryClient
 from memoryd.config import Settings
 from memoryd.errors import MemorydError, ValidationError
+from memoryd.validation import MAX_KG_DEPTH
 
 HEAVY = ("sqlalchemy", "psycopg", "memoryd.memory", "memoryd.worker", "memoryd.tasks",
          "numpy", "onnxruntime", "alembic")
@@ -148,8 +149,10 @@ CASES: list[tuple[str, Callable[[MemoryClient], object], str]] = [
     ("kg_add not mapping", lambda c: c.kg_add("a", "alice"), "entity"),  # type: ignore[arg-type]
     ("kg_add no id", lambda c: c.kg_add("a", {"type": "person"}), "entity.id"),
     ("kg_add blank id", lambda c: c.kg_add("a", {"id": " "}), "entity.id"),
+    ("kg_add not an object", lambda c: c.kg_add("a", "x"), "entity"),  # type: ignore[arg-type]
+    ("kg_add None", lambda c: c.kg_add("a", None), "entity"),  # type: ignore[arg-type]
     ("kg_add not JSON", lambda c: c.kg_add("a", {"id": "x", "attributes": {"x": {1, 2}}}),
-     "entity"),
+     "entity.attributes"),
     ("kg_query agent", lambda c: c.kg_query("", "x"), "agent_id"),
     ("kg_query start", lambda c: c.kg_query("a", ""), "start_id"),
     ("kg_query depth low", lambda c: c.kg_query("a", "x", depth=-1), "depth"),
@@ -236,7 +239,13 @@ def test_client_without_broker_url_uses_the_runtime_file(tmp_path: Path) -> None
     assert client._app.conf.task_serializer == "json"
 
 
-def test_client_depth_limit_matches_the_graph() -> None:
-    from memoryd.memory.graph import MAX_DEPTH
+def test_the_client_and_the_worker_share_one_celery_configuration(tmp_path: Path) -> None:
+    from memoryd.worker.app import worker_config
 
-    assert MAX_KG_DEPTH == MAX_DEPTH
+    settings = Settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6390/3")
+    client = MemoryClient(settings=settings)
+    worker = worker_config(settings)
+    for key in ("broker_url", "result_backend", "task_serializer", "accept_content",
+                "result_accept_content", "task_routes", "broker_transport_options",
+                "result_expires"):
+        assert client._app.conf[key] == worker[key], key

@@ -58,24 +58,20 @@ def test_recall_queries_use_the_int8_rendition_by_default(pg_url: str) -> None:
     """Stored memories keep the wheel's model; queries go through the int8 rendition,
     whose vectors stay within a few percent cosine of it."""
     from memoryd.config import override_settings
-    from memoryd.memory.embeddings import get_query_embedder, set_query_embedder
+    from memoryd.memory.embeddings import get_query_embedder
     from memoryd.memory.store import MemoryStore
 
-    set_query_embedder(None)
+    store = MemoryStore(pg_url)
     try:
-        store = MemoryStore(pg_url)
-        try:
-            query, stored = store.query_embedder, store.embedder
-            assert getattr(query, "int8", None) is True
-            assert getattr(stored, "int8", None) is False
-            text = "Which food allergies does the user have?"
-            assert float(query.embed([text])[0] @ stored.embed([text])[0]) > 0.97
-        finally:
-            store.engine.dispose()
-        with override_settings(query_embed_int8="false"):
-            assert get_query_embedder() is MemoryStore(pg_url).embedder
+        query, stored = store.query_embedder, store.embedder
+        assert getattr(query, "int8", None) is True
+        assert getattr(stored, "int8", None) is False
+        text = "Which food allergies does the user have?"
+        assert float(query.embed([text])[0] @ stored.embed([text])[0]) > 0.97
     finally:
-        set_query_embedder(None)
+        store.engine.dispose()
+    with override_settings(query_embed_int8="false"):
+        assert get_query_embedder() is MemoryStore(pg_url).embedder
 
 
 def test_an_injected_embedder_also_embeds_queries_unless_one_is_given(

@@ -6,9 +6,10 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.errors import NotFound, ValidationError
-from memoryd.memory.graph import MAX_DEPTH, inverse_type
+from memoryd.memory.graph import inverse_type
 from memoryd.memory.store import MemoryStore
 from memoryd.types import Entity, Relation
+from memoryd.validation import MAX_KG_DEPTH as MAX_DEPTH
 
 AGENT = "agent-graph"
 
@@ -135,8 +136,10 @@ def test_kg_query_rejects_bad_depth(store: MemoryStore, depth: object) -> None:
     ({"id": "x", "attributes": {"v": object()}}, "entity.attributes"),
     ({"id": "x\ud800"}, "entity.id"),
     ({"id": "x", "type": "t" * 129}, "entity.type"),
+    (None, "entity"),
+    ("alice", "entity"),
 ])
-def test_kg_add_rejects_bad_entities(store: MemoryStore, entity: dict[str, object],
+def test_kg_add_rejects_bad_entities(store: MemoryStore, entity: object,
                                      field: str) -> None:
     with pytest.raises(ValidationError) as info:
         store.kg_add(AGENT, entity)

@@ -19,7 +19,6 @@ from anthropic.types import TextBlock, ThinkingBlock
 
 from memoryd.config import override_settings
 from memoryd.errors import LLMError, LLMUnavailable
-from memoryd.memory import llm as llm_mod
 from memoryd.memory.llm import (
     LLM,
     AnthropicLLM,
@@ -435,9 +434,11 @@ def test_non_api_sdk_errors_become_llm_error(monkeypatch: pytest.MonkeyPatch) ->
         llm.complete("s", "p", 10)
 
 
-def test_module_global_is_named_and_resettable() -> None:
+def test_an_installed_llm_lives_with_the_other_process_globals() -> None:
+    from memoryd import process
+
     fake = FakeLLM([])
     set_llm(fake)
-    assert llm_mod._override is fake
+    assert process.GLOBALS.llm is fake
     set_llm(None)
-    assert llm_mod._override is None
+    assert process.GLOBALS.llm is None

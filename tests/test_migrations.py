@@ -18,6 +18,7 @@ from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine
 from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
+from memoryd.memory.rows import STORED_COLUMNS
 
 HEAD = "0008"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
@@ -115,6 +116,13 @@ def test_upgrade_from_empty_creates_the_schema(fresh_db: Any) -> None:
             WHERE attrelid = 'memories'::regclass AND attname = 'embedding'""")).scalar_one()
     assert set(generated) == {"tsv", "content_norm_hash"}
     assert dimension == 384
+    with engine.connect() as conn:
+        stored = conn.execute(text("""
+            SELECT column_name FROM information_schema.columns
+            WHERE table_name = 'memories' AND is_generated = 'NEVER'
+            ORDER BY ordinal_position""")).scalars().all()
+    # Every statement that copies whole rows (restore, repair) takes its columns from this.
+    assert tuple(stored) == STORED_COLUMNS
 
 
 def test_upgrade_twice_is_a_no_op(fresh_db: Any) -> None:

@@ -420,7 +420,7 @@ VISIBILITY_S = 10
 
 def test_stores_survive_a_killed_worker_exactly_once(
         spawn_worker: Callable[..., Any], store: MemoryStore, redis_url: str) -> None:
-    from memoryd.worker.app import restore_interval_s
+    from memoryd.celery_config import restore_interval_s
 
     broker = _db_url(redis_url, CRASH_DB)
     raw = redis.Redis.from_url(broker)

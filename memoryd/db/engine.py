@@ -1,4 +1,5 @@
-"""Engines and sessions. One engine per process, behind a getter tests can override."""
+"""Engines and sessions. One engine per process (``get_engine``), forgotten by
+``memoryd.process.reset``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from memoryd.config import get_settings
+from memoryd.process import GLOBALS
 
 # A pooled connection idle for longer than this is pinged before use (see make_engine).
 PING_AFTER_IDLE_S = 5.0
@@ -70,9 +72,6 @@ def _ping_idle_connections(engine: Engine) -> None:
             raise DisconnectionError("the connection failed its ping")
 
 
-_engine: Engine | None = None
-
-
 def database_url() -> str:
     """The configured database, or the embedded PostgreSQL (started if needed)."""
     url = get_settings().database_url
@@ -84,28 +83,11 @@ def database_url() -> str:
 
 
 def get_engine() -> Engine:
-    """The process-wide engine, created on first use."""
-    global _engine  # noqa: PLW0603 - the one named, resettable global
-    if _engine is None:
-        _engine = make_engine(database_url())
-    return _engine
-
-
-def set_engine(engine: Engine | None) -> None:
-    """Install ``engine`` as the process engine (tests), or clear it with None."""
-    global _engine  # noqa: PLW0603
-    _engine = engine
-
-
-def reset_engine() -> None:
-    """Dispose the process engine; the next ``get_engine`` builds a new one.
-
-    Called after fork in worker children: pooled connections must not cross a fork.
-    """
-    global _engine  # noqa: PLW0603
-    if _engine is not None:
-        _engine.dispose(close=False)
-    _engine = None
+    """The process-wide engine, created on first use (kept in ``memoryd.process``)."""
+    with GLOBALS.lock:
+        if GLOBALS.engine is None:
+            GLOBALS.engine = make_engine(database_url())
+        return GLOBALS.engine
 
 
 _factories: weakref.WeakKeyDictionary[Engine, sessionmaker[Session]] = weakref.WeakKeyDictionary()
@@ -114,7 +96,7 @@ _factories: weakref.WeakKeyDictionary[Engine, sessionmaker[Session]] = weakref.W
 @contextmanager
 def session_scope(engine: Engine) -> Iterator[Session]:
     """A session in one transaction: committed on success, rolled back on error."""
-    # One factory per engine: building a sessionmaker cost about 0.17 ms per session.
+    # One factory per engine: building a sessionmaker per session is measurable on recall.
     factory = _factories.get(engine)
     if factory is None:
         factory = _factories[engine] = sessionmaker(engine, expire_on_commit=False)

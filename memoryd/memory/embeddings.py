@@ -39,6 +39,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from memoryd.process import GLOBALS
+
 DIM = 384
 MAX_TOKENS = 256
 BATCH = 32
@@ -175,48 +177,30 @@ class MiniLMEmbedder:
         return unit
 
 
-_default: Embedder | None = None
-_default_lock = threading.Lock()
-
-
 def get_embedder() -> Embedder:
-    """The process-wide embedder, loaded once (about 0.3 s)."""
-    global _default  # noqa: PLW0603 - named, resettable process global
-    with _default_lock:
-        if _default is None:
+    """The process-wide embedder of stored memories, loaded once (kept in
+    ``memoryd.process``)."""
+    with GLOBALS.lock:
+        if GLOBALS.embedder is None:
             from memoryd.config import get_settings
 
-            _default = MiniLMEmbedder(threads=get_settings().embed_threads)
-        return _default
-
-
-def set_embedder(embedder: Embedder | None) -> None:
-    global _default  # noqa: PLW0603
-    _default = embedder
-
-
-_query: Embedder | None = None
+            GLOBALS.embedder = MiniLMEmbedder(threads=get_settings().embed_threads)
+        return GLOBALS.embedder
 
 
 def get_query_embedder() -> Embedder:
     """The process-wide embedder of recall queries: the int8 rendition on one thread
-    (``MEMORYD_QUERY_EMBED_INT8``, the default; derived on first use, about 3 s, then
-    cached on disk), or ``get_embedder()`` when that already is int8 or the setting is off."""
-    global _query  # noqa: PLW0603 - named, resettable process global
+    (``MEMORYD_QUERY_EMBED_INT8``, the default; derived on first use, then cached on
+    disk), or ``get_embedder()`` when that already is int8 or the setting is off."""
     from memoryd.config import get_settings
 
     settings = get_settings()
     if settings.embed_int8 or not settings.query_embed_int8:
         return get_embedder()
-    with _default_lock:
-        if _query is None:
-            _query = MiniLMEmbedder(threads=1, int8=True)
-        return _query
-
-
-def set_query_embedder(embedder: Embedder | None) -> None:
-    global _query  # noqa: PLW0603
-    _query = embedder
+    with GLOBALS.lock:
+        if GLOBALS.query_embedder is None:
+            GLOBALS.query_embedder = MiniLMEmbedder(threads=1, int8=True)
+        return GLOBALS.query_embedder
 
 
 def to_pgvector(vector: npt.NDArray[np.float32]) -> str:

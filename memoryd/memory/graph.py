@@ -4,19 +4,15 @@ stored together with its ``inverse:<type>`` edge."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.errors import NotFound, ValidationError
+from memoryd import validation as check
+from memoryd.errors import NotFound
 from memoryd.types import Entity, Relation
-from memoryd.validation import short_text
 
 INVERSE_PREFIX = "inverse:"
-MAX_DEPTH = 6
-MAX_RELATIONS = 1000
 
 
 def inverse_type(rel_type: str) -> str:
@@ -24,39 +20,6 @@ def inverse_type(rel_type: str) -> str:
     if rel_type.startswith(INVERSE_PREFIX):
         return rel_type[len(INVERSE_PREFIX):]
     return INVERSE_PREFIX + rel_type
-
-
-def parse_entity(raw: Entity | Mapping[str, Any]) -> Entity:
-    """Validate an entity given as ``Entity`` or a plain mapping."""
-    data = raw.model_dump() if isinstance(raw, Entity) else dict(raw)
-    entity_id = short_text("entity.id", data.get("id"))
-    if entity_id is None:
-        raise ValidationError("entity.id", "is required")
-    entity_type = short_text("entity.type", data.get("type") or "entity", 128) or "entity"
-    attributes = data.get("attributes") or {}
-    if not isinstance(attributes, Mapping):
-        raise ValidationError("entity.attributes", "must be a JSON object")
-    relations = data.get("relations") or []
-    if not isinstance(relations, list) or len(relations) > MAX_RELATIONS:
-        raise ValidationError("entity.relations", f"must be a list of at most {MAX_RELATIONS}")
-    parsed = []
-    for index, rel in enumerate(relations):
-        rel_data = rel.model_dump() if isinstance(rel, Relation) else rel
-        if not isinstance(rel_data, Mapping):
-            raise ValidationError(f"entity.relations[{index}]", "must be {target, type}")
-        target = short_text(f"entity.relations[{index}].target", rel_data.get("target"))
-        rel_type = short_text(f"entity.relations[{index}].type", rel_data.get("type"), 240)
-        if target is None or rel_type is None:
-            raise ValidationError(f"entity.relations[{index}]", "needs target and type")
-        parsed.append(Relation(target=target, type=rel_type))
-    try:  # jsonb takes neither NaN, NUL nor lone surrogates (UnicodeEncodeError is a ValueError)
-        encoded = json.dumps(dict(attributes), allow_nan=False, ensure_ascii=False)
-        encoded.encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ValidationError("entity.attributes", f"is not JSON-serializable: {exc}") from None
-    if "\\u0000" in encoded:
-        raise ValidationError("entity.attributes", "contains a NUL character")
-    return Entity(id=entity_id, type=entity_type, attributes=dict(attributes), relations=parsed)
 
 
 def add(session: Session, agent_id: str, entity: Entity) -> bool:
@@ -95,8 +58,7 @@ def add(session: Session, agent_id: str, entity: Entity) -> bool:
 
 def query(session: Session, agent_id: str, start_id: str, depth: int) -> list[Entity]:
     """Breadth-first from ``start_id`` up to ``depth`` hops; each entity once (cycle-safe)."""
-    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
-        raise ValidationError("depth", f"must be an integer from 0 to {MAX_DEPTH}")
+    check.depth(depth)
     order = [start_id]
     seen = {start_id}
     frontier = [start_id]

@@ -11,12 +11,12 @@ never part of a message, a repr, or an exception chain.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from memoryd import clock
 from memoryd.errors import LLMError, LLMUnavailable
 
 # The deterministic offline fallback lives in llm_fallback; its public names are
@@ -34,6 +34,7 @@ from memoryd.memory.llm_fallback import (
     key_terms,
     split_sentences,
 )
+from memoryd.process import GLOBALS
 
 if TYPE_CHECKING:
     import anthropic
@@ -174,7 +175,7 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, (when - clock.now()).total_seconds())
 
 
 def _as_seconds(raw: str | None) -> float | None:
@@ -190,15 +191,9 @@ def _as_seconds(raw: str | None) -> float | None:
 
 # --- choosing the LLM -------------------------------------------------------------------------
 
-_override: LLM | None = None
-_override_lock = threading.Lock()
-
-
 def set_llm(llm: LLM | None) -> None:
     """Make ``get_llm`` return ``llm`` in this process (tests); ``None`` resets."""
-    global _override  # noqa: PLW0603 - named, resettable process global
-    with _override_lock:
-        _override = llm
+    GLOBALS.llm = llm
 
 
 def get_llm(settings: Settings | None = None) -> LLM:
@@ -207,9 +202,9 @@ def get_llm(settings: Settings | None = None) -> LLM:
     Not cached: settings can change between calls (tests), and a job calls this once
     per run, so building a client each time costs little.
     """
-    with _override_lock:
-        if _override is not None:
-            return _override
+    installed = GLOBALS.llm
+    if installed is not None:
+        return installed
     if settings is None:
         from memoryd.config import get_settings
 

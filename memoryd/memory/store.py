@@ -50,15 +50,6 @@ CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
 EMBED_THREADS = 4  # helper threads embedding recall queries (see MemoryStore._embed_soon)
 
 
-def parse_memory_id(value: object) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise ValidationError("memory_id", f"is not a UUID: {value!r}") from None
-
-
 class MemoryStore:
     """Memories, sessions and a knowledge graph per agent, in one PostgreSQL database."""
 
@@ -243,7 +234,7 @@ class MemoryStore:
         return picked + [hit for hit in ranked if hit not in picked]
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
-        agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
+        agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
         return self._fetch_one("m.agent_id = :a AND m.id = :id", {"a": agent, "id": mid},
                                f"memory {mid} not found for this agent")
 
@@ -282,7 +273,7 @@ class MemoryStore:
     def related(self, agent_id: str, memory_id: uuid.UUID | str,
                 limit: int = 10) -> builtins.list[Related]:
         """Explicitly linked memories first, then the nearest neighbours by meaning."""
-        agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
+        agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
         check.limit(limit)
         with self.session() as session:
             if session.execute(text("SELECT 1 FROM memories WHERE agent_id = :a AND id = :id"),
@@ -331,7 +322,7 @@ class MemoryStore:
     # --- forgetting -------------------------------------------------------------
     def forget(self, agent_id: str, memory_id: uuid.UUID | str) -> bool:
         """Delete one memory (freeing its dedup hash). False if it did not exist."""
-        agent, mid = check.agent_id(agent_id), parse_memory_id(memory_id)
+        agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
         with self.session() as session:
             row = session.execute(text(
                 "DELETE FROM memories WHERE agent_id = :a AND id = :id RETURNING session_id"),
@@ -368,15 +359,15 @@ class MemoryStore:
 
     # --- knowledge graph and sessions ---------------------------------------------
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any]) -> bool:
-        agent, parsed = check.agent_id(agent_id), graph.parse_entity(entity)
+        agent, parsed = check.agent_id(agent_id), check.entity(entity)
         with self.session() as session:
             return graph.add(session, agent, parsed)
 
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> builtins.list[Entity]:
         agent = check.agent_id(agent_id)
-        start = check.short_text("start_id", start_id)
+        start, hops = check.required_text("start_id", start_id), check.depth(depth)
         with self.session() as session:
-            return graph.query(session, agent, start or "", depth)
+            return graph.query(session, agent, start, hops)
 
     def sessions(self, agent_id: str) -> builtins.list[SessionInfo]:
         agent = check.agent_id(agent_id)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from memoryd.errors import NotFound, ValidationError
+from memoryd.process import GLOBALS
 
 if TYPE_CHECKING:
     from memoryd.memory.store import MemoryStore
@@ -20,27 +21,16 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OperationalError, InterfaceError, BrokerOperationalError, ConnectionError,
 )
 
-_store: MemoryStore | None = None
-
-
 def get_store() -> MemoryStore:
-    """The process's store, on the process engine (built on first use)."""
-    global _store  # noqa: PLW0603 - named, resettable process global
-    if _store is None:
-        from memoryd.db.engine import get_engine
-        from memoryd.memory.store import MemoryStore
+    """The process's store, on the process engine (built on first use, kept in
+    ``memoryd.process``)."""
+    with GLOBALS.lock:
+        if GLOBALS.store is None:
+            from memoryd.db.engine import get_engine
+            from memoryd.memory.store import MemoryStore
 
-        _store = MemoryStore(engine=get_engine())
-    return _store
-
-
-def reset_store() -> None:
-    """Drop the store and engine (after fork, or in tests)."""
-    global _store  # noqa: PLW0603
-    from memoryd.db.engine import reset_engine
-
-    _store = None
-    reset_engine()
+            GLOBALS.store = MemoryStore(engine=get_engine())
+        return GLOBALS.store
 
 
 class MemorydTask(Task):  # type: ignore[misc]

@@ -11,6 +11,7 @@ from celery import signals
 from celery.app import trace as celery_trace
 
 from memoryd import logging as mlog
+from memoryd import process
 from memoryd.config import get_settings, reset_settings
 
 log = structlog.get_logger(__name__)
@@ -38,10 +39,8 @@ def _share_cores(sender: Any = None, **_: Any) -> None:
 
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
-    # Pooled database connections must never be shared across a fork.
-    from memoryd.tasks.base import reset_store
-
-    reset_store()
+    # Pooled database connections and ONNX sessions must never be shared across a fork.
+    process.reset(after_fork=True)
     if get_settings().preload_models and _consumes_memory_queue():
         _load_models()
 
@@ -49,8 +48,8 @@ def _after_fork(**_: Any) -> None:
 def _consumes_memory_queue() -> bool:
     """Whether this worker serves the memory queue (its queues were chosen in the main
     process before the pool forked)."""
+    from memoryd.celery_config import MEMORY_QUEUE
     from memoryd.worker import app
-    from memoryd.worker.app import MEMORY_QUEUE
 
     return MEMORY_QUEUE in (app.amqp.queues.consume_from or app.amqp.queues)
 

@@ -1,0 +1,71 @@
+"""The one Celery configuration: the worker app and the thin client's app are both
+built from ``celery_config``, so they cannot disagree on serializers, queues or the
+broker's redelivery settings. No SQLAlchemy and no worker code here: the thin client
+imports this module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu.entity import Queue
+
+from memoryd.config import Settings
+
+MEMORY_QUEUE = "memory"
+MAINTENANCE_QUEUE = "maintenance"
+QUEUES = (MEMORY_QUEUE, MAINTENANCE_QUEUE)
+MAINTENANCE_TASK_PREFIX = "memoryd.maintenance."
+
+
+def restore_interval_s(visibility_timeout_s: int) -> int:
+    """Seconds between a worker's sweeps for messages of dead workers (1 to 10)."""
+    return max(1, min(10, visibility_timeout_s // 5))
+
+
+def broker_transport_options(settings: Settings) -> dict[str, Any]:
+    """The Redis transport's redelivery settings.
+
+    A message a worker took but never acknowledged (the worker was killed) waits in
+    the ``unacked`` hash until a live worker's sweep finds it older than the
+    visibility timeout and puts it back on its queue. kombu sweeps on consumer
+    start and then every ``unacked_restore_interval`` seconds, but by default scans
+    only every ``unacked_restore_throttle``-th (10th) time. Scan on every sweep, so
+    redelivery comes at most ``visibility_timeout_s`` plus one interval after
+    delivery, once a worker is running. A sweep holds a Redis lock that outlives a
+    worker killed mid-sweep by ``unacked_mutex_expire`` (kombu: 300 s); keep that
+    within the visibility timeout too (restoring is transactional per message, so two
+    overlapping sweeps cannot duplicate one).
+    """
+    visibility = settings.visibility_timeout_s
+    return {"visibility_timeout": visibility,
+            "unacked_restore_interval": restore_interval_s(visibility),
+            "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": min(300, visibility)}
+
+
+def celery_config(settings: Settings, *, broker_url: str | None = None,
+                  result_backend: str | None = None) -> dict[str, Any]:
+    """Everything a memoryd Celery app needs to talk to the broker: JSON only (no pickle
+    anywhere near the broker), two queues, redelivery, result expiry, the schedule's
+    timezone. ``broker_url`` and ``result_backend`` override the settings' (a client
+    pointed at another broker keeps the result backend on it unless told otherwise)."""
+    broker = broker_url or settings.resolved_broker_url()
+    return {
+        "broker_url": broker,
+        "result_backend": result_backend or settings.result_backend or broker,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_queues": tuple(Queue(name) for name in QUEUES),
+        "task_default_queue": MEMORY_QUEUE,
+        "task_routes": {f"{MAINTENANCE_TASK_PREFIX}*": {"queue": MAINTENANCE_QUEUE},
+                        "memoryd.*": {"queue": MEMORY_QUEUE}},
+        "broker_transport_options": broker_transport_options(settings),
+        "result_backend_transport_options": {
+            "visibility_timeout": settings.visibility_timeout_s},
+        "broker_connection_retry_on_startup": True,
+        "result_expires": settings.result_expires_s,
+        "timezone": settings.timezone,
+        "enable_utc": True,
+    }
