@@ -12,6 +12,7 @@ from memoryd.memory.maintenance.base import (
     RunRecord,
     job,
     run_job,
+    run_to_completion,
 )
 
-__all__ = ["JOBS", "JobContext", "JobOutcome", "RunRecord", "job", "run_job"]
+__all__ = ["JOBS", "JobContext", "JobOutcome", "RunRecord", "job", "run_job", "run_to_completion"]
