@@ -48,7 +48,7 @@ def _ping_idle_connections(engine: Engine) -> None:
     """Check a pooled connection with a round trip before use, if it sat idle in the pool
     for more than ``PING_AFTER_IDLE_S``: a connection the server dropped (a restart, an
     idle timeout, a failover) is replaced before anyone sees an error. SQLAlchemy's
-    ``pool_pre_ping`` pings at every checkout, a round trip (about 0.13 ms here) on every
+    ``pool_pre_ping`` pings at every checkout, a round trip on every
     recall and store; a connection in steady use is not pinged. One that breaks between
     two close uses fails that one call with ``OperationalError`` (tasks retry it), and
     SQLAlchemy then replaces every connection of the pool."""

@@ -9,21 +9,17 @@ that into float32 weights and runs float32 matrix products. With ``MEMORYD_EMBED
 (opt-in) memoryd derives, once per model and onnxruntime version, a rendition whose
 weight products run on int8 kernels (per-channel int8 weights, activations quantized on
 the fly; attention stays float), cached in ``MEMORYD_DATA_DIR/models``. Each text runs
-alone (see ``MiniLMEmbedder``): on one core about 1.6x the wheel's batched throughput
-and one text in 2 ms instead of 5; vectors within 0.7 % cosine of the wheel's on
-average (2 % at worst in a 1,024-sentence sample). LoCoMo recall is unchanged, but
-near-duplicates come out about 0.01 less similar (a trailing "!" instead of "." gives
-0.943-0.976 instead of 0.954-0.982), so consolidation, which merges at 0.95, merges
-fewer of them: opt-in, not the default. Stored vectors of the two models should not be
-mixed in one store (switch on a new store, or re-embed).
+alone (see ``MiniLMEmbedder``). It is faster, and LoCoMo recall is unchanged, but its
+vectors differ slightly from the wheel's: near-duplicates come out a little less
+similar, so consolidation (which merges at a fixed cosine) merges fewer of them:
+opt-in, not the default (bench/README.md has the figures). Stored vectors of the two
+models should not be mixed in one store (switch on a new store, or re-embed).
 
 Recall queries are another matter (``get_query_embedder``, ``MEMORYD_QUERY_EMBED_INT8``,
 on by default): a query's vector is only compared with stored ones and ranked relative
-to the best candidate, never held against a threshold, and its int8 vector is within
-1 % cosine of the wheel's (0.992 at worst over 50 questions). On LoCoMo, int8 questions
-against float32 turns score recall@10 0.728, the float32 questions 0.724; the query
-embedding, on recall's critical path, takes 2.6-2.8 ms instead of 6.6 (same moment,
-same core).
+to the best candidate, never held against a threshold, so the small difference in its
+vector does not show in recall, while the query's embedding is on recall's critical
+path, where the int8 kernels' speed does.
 """
 
 from __future__ import annotations
@@ -115,8 +111,7 @@ class MiniLMEmbedder:
     A single text (a recall query) runs on its own one-thread session: splitting one
     short sequence over several intra-op threads gains little on an idle machine and,
     when other processes (workers, PostgreSQL) keep the cores busy, the spinning threads
-    wait on each other (measured on 2 cores under load: p50 9 ms on one thread against
-    31 ms on all). Batches use ``threads`` (0 = all cores).
+    wait on each other. Batches use ``threads`` (0 = all cores).
     """
 
     dim = DIM

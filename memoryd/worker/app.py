@@ -24,9 +24,9 @@ def worker_config(settings: Settings) -> dict[str, Any]:
         "worker_prefetch_multiplier": 1,
         "task_soft_time_limit": settings.task_soft_time_limit_s,
         "task_time_limit": settings.task_time_limit_s,
-        # No STARTED state for store and recall: it cost each call a result write and a
-        # wake-up of the waiting client (~1.5 ms of a ~20 ms recall); maintenance tasks,
-        # which run for minutes, turn it on for themselves.
+        # No STARTED state for store and recall: it costs each call a result write and a
+        # wake-up of the waiting client; maintenance tasks, which run for minutes, turn it
+        # on for themselves.
         "task_track_started": False,
         "worker_send_task_events": True,
         "task_send_sent_event": True,

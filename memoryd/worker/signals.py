@@ -56,8 +56,8 @@ def _consumes_memory_queue() -> bool:
 
 def _load_models() -> None:
     """Load both embedding models and run each once, so that the first store and the
-    first recall a pool process serves do not pay for it (0.4 s, about 3 s once per data
-    directory while the int8 query model is derived). Loaded after the fork: an ONNX
+    first recall a pool process serves do not pay for loading them (and, once per data
+    directory, for deriving the int8 query model). Loaded after the fork: an ONNX
     session does not survive one."""
     from memoryd.memory.embeddings import get_embedder, get_query_embedder
 

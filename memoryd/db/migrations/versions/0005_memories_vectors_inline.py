@@ -5,9 +5,7 @@ its embedding to the query and its lexemes. PostgreSQL moves values out of a row
 TOAST table once the row passes about 2 KB, and the embedding (1,540 bytes, storage
 EXTERNAL by pgvector's default) was the first to go: a memory of a few hundred
 characters had its embedding in the TOAST table, and reading it cost a TOAST index
-lookup and a second heap read per row (about 2 us; measured at a million memories, a
-900-memory agent's candidate query took 5.0-5.7 ms with long memories, 3.3-3.7 ms with
-this storage).
+lookup and a second heap read per row.
 
 With storage MAIN, PostgreSQL first compresses, then moves out the other long values
 (the content, the metadata), and moves the embedding or the tsvector out only when the

@@ -11,12 +11,10 @@ prefixed by 12 hex digits of the md5 of its agent id: one posting list per (agen
 lexeme), so a search reads only the entries of the agent's memories that hold the
 words. Queries still filter on ``agent_id`` (two agents' prefixes could collide) and
 score with ``tsv``. Lexemes over 1,000 bytes are left out, so the prefix never pushes
-one past tsvector's 2 KB lexeme limit. Measured at a million memories (100,000-memory
-agent, 60 queries): the keyword query 9.7 -> 6.2 ms p50 (EXPLAIN ANALYZE), recall p50
-about 4 ms lower.
+one past tsvector's 2 KB lexeme limit.
 
 Replaces ix_memories_agent_tsv (recall was its only user). Building it reads the whole
-table: about 16 s per million memories here.
+table.
 
 Revision ID: 0006
 Revises: 0005

@@ -2,11 +2,9 @@
 
 With GIN's default ``fastupdate``, new entries go to a pending list that is merged
 into the index only by vacuum, or once it passes ``gin_pending_list_limit`` (4 MB):
-every search reads the whole list meanwhile. Measured at a million memories, the
-100,000-memory agent's keyword query with 1,000 pending entries 6.0 ms p50 (3.6 once
-merged), with 21,000 (20,000 memories stored by another agent since the last vacuum)
-14.6 ms. Without the list each insert updates the index directly: about 0.1 ms more
-per stored memory, against an embedding of several.
+every search reads the whole list meanwhile, which grows with every agent's writes.
+Without the list each insert updates the index directly, a cost small beside the
+memory's embedding (bench/HISTORY.md has the figures).
 
 Merges what is pending now, so the first recalls after the upgrade do not pay for it.
 
