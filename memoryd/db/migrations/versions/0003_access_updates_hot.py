@@ -4,8 +4,9 @@ BRIN (summarizing) index.
 Every recall increments ``access_count`` and sets ``last_accessed_at`` on the rows it
 returns. With a btree on ``last_accessed_at`` each of those updates was non-HOT: the
 new row version went into every index, the HNSW graph included (a graph insertion
-per returned row), which made the access bump the slowest part of recall. PostgreSQL 16+ keeps an update HOT when only summarizing (BRIN)
-indexes cover the changed columns, and the fillfactor of 0002 leaves the page room.
+per returned row), which made the access bump the slowest part of recall. PostgreSQL
+16+ keeps an update HOT when only summarizing (BRIN) indexes cover the changed
+columns, and the fillfactor of 0002 leaves the page room.
 
 No query needs the btree: maintenance filters on ``coalesce(last_accessed_at,
 created_at)``, which it could not serve. The name stays, so tooling that looks for it
