@@ -24,7 +24,7 @@ is there) and later calls just start the server. Other benchmarks use
 
     with seeded_cluster(path, total=1_000_000) as (url, info): ...
 
-or the pieces: ``start_server(dir)``, ``seed(url, ...)``, ``open_seeded(dir)``.
+or the pieces: ``server(dir)``, ``seed(url, ...)``, ``open_seeded(dir)``, ``prewarm(url)``.
 """
 
 from __future__ import annotations
