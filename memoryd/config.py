@@ -21,10 +21,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from memoryd.errors import ConfigError
 from memoryd.process import GLOBALS
 
-JOBS = (
-    "consolidate", "evict", "expire", "deduplicate", "summarize",
-    "cortex", "compact_sessions", "repair_sessions", "index_agents",
-)
+_SCHEDULE_PREFIX = "MEMORYD_SCHEDULE_"
 
 
 def default_data_dir() -> Path:
@@ -98,16 +95,23 @@ class Settings(BaseSettings):
     maintenance_batch_size: int = Field(5000, ge=1)
     maintenance_time_budget_s: float = Field(120.0, gt=0)
 
-    # --- schedule overrides: a cron string, or "off" -------------------------------
-    schedule_consolidate: str | None = None
-    schedule_evict: str | None = None
-    schedule_expire: str | None = None
-    schedule_deduplicate: str | None = None
-    schedule_summarize: str | None = None
-    schedule_cortex: str | None = None
-    schedule_compact_sessions: str | None = None
-    schedule_repair_sessions: str | None = None
-    schedule_index_agents: str | None = None
+    # --- schedule overrides: MEMORYD_SCHEDULE_<JOB> = a cron string, or "off" ------
+    schedule: dict[str, str] = Field(
+        default_factory=dict,
+        description="job -> cron or 'off', from the MEMORYD_SCHEDULE_<JOB> variables")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schedule_from_environment(cls, data: Any) -> Any:
+        # One variable per job, gathered here: which jobs exist is the schedule table's
+        # business (it rejects unknown ones), and this module must not import the jobs
+        # because the thin client loads it. Empty means unset.
+        if not isinstance(data, dict):
+            return data
+        found = {name[len(_SCHEDULE_PREFIX):].lower(): value.strip()
+                 for name, value in os.environ.items()
+                 if name.upper().startswith(_SCHEDULE_PREFIX) and value.strip()}
+        return {**data, "schedule": {**found, **(data.get("schedule") or {})}}
 
     @field_validator("database_url", "broker_url", "result_backend", "anthropic_api_key",
                      mode="before")
@@ -138,10 +142,9 @@ class Settings(BaseSettings):
     def _check_schedule_and_limits(self) -> Settings:
         from memoryd.schedules.cron import validate_cron
 
-        for job in JOBS:
-            value = getattr(self, f"schedule_{job}")
-            if value is not None and value.strip().lower() != "off":
-                validate_cron(value, f"MEMORYD_SCHEDULE_{job.upper()}")
+        for job, value in self.schedule.items():
+            if value.lower() != "off":
+                validate_cron(value, f"{_SCHEDULE_PREFIX}{job.upper()}")
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         # A task still running when the visibility timeout expires is delivered twice.

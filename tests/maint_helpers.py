@@ -23,7 +23,7 @@ from sqlalchemy import text
 from memoryd import clock
 from memoryd.errors import LLMUnavailable
 from memoryd.memory.llm import set_llm
-from memoryd.memory.maintenance.base import RunRecord, run_job
+from memoryd.memory.maintenance import RunRecord, run_job
 from memoryd.memory.store import MemoryStore
 
 

@@ -1,19 +1,41 @@
-"""Every scheduled job has an implementation, a Celery task and a schedule entry."""
+"""The schedule table is the one list of jobs: the registry, the Celery tasks and the
+thin client's names are derived from it or kept equal to it."""
 
 from __future__ import annotations
 
-from memoryd.config import JOBS
-from memoryd.memory.maintenance.base import JOBS as REGISTERED
-from memoryd.memory.maintenance.base import _load_jobs
-from memoryd.schedules.table import DEFAULT_SCHEDULE
+import inspect
+
+from memoryd.schedules.names import JOB_NAMES
+from memoryd.schedules.table import DEFAULT_SCHEDULE, JOBS
 
 
-def test_jobs_schedule_and_tasks_agree() -> None:
-    _load_jobs()
+def test_every_job_of_the_table_is_registered_under_its_function_name() -> None:
+    assert list(JOBS) == [entry.job for entry in DEFAULT_SCHEDULE]
+    for name, entry in JOBS.items():
+        assert entry.fn.__name__ == name
+        assert entry.fn.__module__ == f"memoryd.memory.maintenance.{name}"
+
+
+def test_the_thin_clients_job_names_are_the_tables_in_order() -> None:
+    assert tuple(JOBS) == JOB_NAMES
+
+
+def test_every_job_has_one_celery_task_named_after_it() -> None:
     from memoryd.tasks.maintenance import TASKS
 
-    assert set(REGISTERED) == set(JOBS)
-    assert {entry.job for entry in DEFAULT_SCHEDULE} == set(JOBS)
-    assert {task.name for task in TASKS.values()} == {f"memoryd.maintenance.{j}" for j in JOBS}
-    for spec in REGISTERED.values():
-        assert spec.description, spec.name
+    assert list(TASKS) == list(JOBS)
+    assert [task.name for task in TASKS.values()] == [f"memoryd.maintenance.{j}" for j in JOBS]
+
+
+def test_each_description_is_the_first_paragraph_of_the_jobs_docstring() -> None:
+    for entry in DEFAULT_SCHEDULE:
+        doc = inspect.getdoc(entry.fn)
+        assert doc is not None, entry.job
+        assert entry.description == " ".join(doc.split("\n\n")[0].split())
+        assert entry.description.endswith("."), entry.job
+
+
+def test_deduplicate_is_described_as_merging_identical_content() -> None:
+    # It once read "near-duplicate", which is consolidate's merge by embedding.
+    assert "identical" in JOBS["deduplicate"].description
+    assert "near-duplicate" in JOBS["consolidate"].description

@@ -15,13 +15,13 @@ from memoryd.config import override_settings
 from memoryd.errors import ValidationError
 from memoryd.memory import recall as rc
 from memoryd.memory.embeddings import to_pgvector
-from memoryd.memory.maintenance.agent_indexes import (
+from memoryd.memory.maintenance.index_agents import (
     INDEX_PREFIX,
     existing_indexes,
     index_name,
     plan,
 )
-from memoryd.memory.maintenance.base import run_job
+from memoryd.memory.maintenance import run_job
 from memoryd.memory.store import MemoryStore
 from tests.maint_helpers import bulk_insert, run
 
@@ -220,7 +220,7 @@ def test_indexed_agents_get_their_lexemes_counted(indexing_store: MemoryStore) -
 
 
 def test_rare_terms_are_left_out_of_the_counts(indexing_store: MemoryStore) -> None:
-    from memoryd.memory.maintenance.agent_indexes import count_terms
+    from memoryd.memory.maintenance.index_agents import count_terms
 
     bulk_insert(indexing_store, BIG, 1500, prefix="memo")  # "memo number <i>"
     with indexing_store.session() as session:
@@ -243,7 +243,7 @@ def test_keyword_side_reads_the_counts_instead_of_sampling(
         indexing_store: MemoryStore) -> None:
     """Tamper with a counted frequency: the keyword score follows it, so recall read the
     counts (a sample would have found the true frequency)."""
-    from memoryd.memory.maintenance.agent_indexes import count_terms
+    from memoryd.memory.maintenance.index_agents import count_terms
 
     indexing_store.store_many(BIG, [{"content": f"The walrus ate fish number {i}"}
                                     for i in range(30)])
@@ -281,7 +281,7 @@ def test_counts_go_with_the_index_and_with_the_agent(indexing_store: MemoryStore
 
 def test_term_counts_are_taken_again_only_when_stale(indexing_store: MemoryStore) -> None:
     """Counted again once the agent's size moved by more than 5 %, or after a day."""
-    from memoryd.memory.maintenance.agent_indexes import RECOUNT_SHARE
+    from memoryd.memory.maintenance.index_agents import RECOUNT_SHARE
 
     assert RECOUNT_SHARE == 0.05
     bulk_insert(indexing_store, BIG, 40)

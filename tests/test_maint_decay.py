@@ -23,8 +23,8 @@ from maint_helpers import (
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance import base
-from memoryd.memory.maintenance.base import NIL_UUID, restore, run_job
+from memoryd.memory.maintenance import heap, restore, run_job
+from memoryd.memory.maintenance.sql import NIL_UUID
 from memoryd.memory.store import MemoryStore
 
 IDLE = days_ago(10)
@@ -148,7 +148,7 @@ def _pages(store: MemoryStore) -> dict[uuid.UUID, int]:
 def test_pass_walks_the_heap_in_windows_once_per_row(store: MemoryStore,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # Windows of a few pages (a real store has thousands), three rows a page.
-    monkeypatch.setattr(base, "HEAP_WINDOW_MIN_PAGES", 1)
+    monkeypatch.setattr(heap, "HEAP_WINDOW_MIN_PAGES", 1)
     bulk_insert(store, "a", 60, importance=0.0, age_days=20)
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE memories"))

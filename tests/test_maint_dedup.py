@@ -21,8 +21,8 @@ from maint_helpers import (
 )
 from sqlalchemy import text
 
-from memoryd.memory.maintenance import dedup
-from memoryd.memory.maintenance.base import JobContext, restore
+from memoryd.memory.maintenance import JobContext, deduplicate, restore
+from memoryd.memory.maintenance.sql import NIL_UUID
 from memoryd.memory.store import MemoryStore
 
 
@@ -119,7 +119,7 @@ def test_stored_hash_is_the_normalized_content(store: MemoryStore) -> None:
     assert hashes[4:] == [None, None]  # normalized to nothing: never a duplicate
     assert scalar(store, f"""
         SELECT count(*) FROM memories m WHERE m.content_norm_hash IS DISTINCT FROM
-            CAST(md5(nullif({dedup.normalized("m")}, '')) AS uuid)""") == 0
+            CAST(md5(nullif({deduplicate.normalized("m")}, '')) AS uuid)""") == 0
 
 
 def test_empty_normalized_contents_are_never_merged(store: MemoryStore) -> None:
@@ -155,10 +155,10 @@ def test_groups_are_found_from_the_hash_index(store: MemoryStore) -> None:
         conn.execute(text("VACUUM (ANALYZE) memories"))
     ctx = JobContext(store=store, run_id=None, agent_id=None, dry_run=False,
                      batch_size=5000, deadline=0.0, now=days_ago(0))
-    pick = dedup._PICK.format(groups=dedup._groups_sql(ctx)).rstrip().rstrip(",")
+    pick = deduplicate._PICK.format(groups=deduplicate._groups_sql(ctx)).rstrip().rstrip(",")
     with store.session() as session:
         plan = "\n".join(session.execute(text(f"EXPLAIN WITH {pick} SELECT * FROM picked"), {
-            "lo_agent": "", "lo_hash": dedup.NIL_UUID, "batch": 5000,
+            "lo_agent": "", "lo_hash": NIL_UUID, "batch": 5000,
             "groups": 2500}).scalars())
     assert "Index Only Scan using ix_memories_agent_norm_hash" in plan, plan
     assert "Seq Scan" not in plan, plan

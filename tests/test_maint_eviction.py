@@ -24,7 +24,7 @@ from maint_helpers import (
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import restore, run_job
+from memoryd.memory.maintenance import restore, run_job
 from memoryd.memory.store import MemoryStore
 
 

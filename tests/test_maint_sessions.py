@@ -24,8 +24,8 @@ from sqlalchemy import text
 from memoryd.errors import LLMUnavailable, ValidationError
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.maintenance import run_job
-from memoryd.memory.maintenance.compact import SUMMARY_PREFIX
-from memoryd.memory.maintenance.repair import (
+from memoryd.memory.maintenance.compact_sessions import SUMMARY_PREFIX
+from memoryd.memory.maintenance.repair_phases import (
     TRUNCATION_MARKER,
     sort_by_ts,
     truncate_text,

@@ -20,7 +20,8 @@ from sqlalchemy import text
 
 from memoryd.errors import LLMUnavailable
 from memoryd.memory.maintenance import run_job
-from memoryd.memory.maintenance.summarize import bounded, chunk_sizes
+from memoryd.memory.maintenance.new_memories import bounded
+from memoryd.memory.maintenance.summarize import chunk_sizes
 from memoryd.memory.store import MemoryStore
 
 AGENT = "agent-sum"

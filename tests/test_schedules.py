@@ -24,12 +24,13 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.cron import CronTrigger
 from celery.schedules import crontab
 
-from memoryd.config import JOBS, Settings, override_settings
+from memoryd.config import Settings, override_settings
 from memoryd.errors import ConfigError
-from memoryd.schedules import DEFAULT_SCHEDULE, effective_schedule, parse_cron
+from memoryd.schedules import parse_cron
 from memoryd.schedules.aps import add_jobs, build_scheduler
 from memoryd.schedules.beat import beat_schedule
-from memoryd.schedules.table import expires_for
+from memoryd.schedules.names import JOB_NAMES as JOBS
+from memoryd.schedules.table import DEFAULT_SCHEDULE, effective_schedule, expires_for
 
 REQUIRED_CRONS = {
     "consolidate": "0 */6 * * *",
@@ -214,6 +215,27 @@ def test_bad_cron_fails_at_settings_load(bad: str) -> None:
     with pytest.raises(ConfigError, match="MEMORYD_SCHEDULE_EXPIRE"), \
             settings_with(schedule_expire=bad):
         pass  # pragma: no cover
+
+
+def test_overrides_are_read_into_one_mapping() -> None:
+    with settings_with(schedule_evict=" 0 2 * * * ", schedule_cortex="OFF",
+                       schedule_expire="") as settings:
+        assert settings.schedule == {"evict": "0 2 * * *", "cortex": "OFF"}
+
+
+def test_an_empty_override_is_unset() -> None:
+    with settings_with(schedule_expire="  ") as settings:
+        assert effective_schedule(settings) == list(DEFAULT_SCHEDULE)
+
+
+def test_an_override_of_an_unknown_job_fails_where_the_table_is_rendered() -> None:
+    with settings_with(schedule_evicts="0 2 * * *") as settings:
+        with pytest.raises(ConfigError, match="MEMORYD_SCHEDULE_EVICTS"):
+            effective_schedule(settings)
+        with pytest.raises(ConfigError, match="MEMORYD_SCHEDULE_EVICTS"):
+            beat_schedule(settings)
+        with pytest.raises(ConfigError, match="MEMORYD_SCHEDULE_EVICTS"):
+            build_scheduler(settings, lambda job: None)
 
 
 def test_cron_expansion_uses_cron_semantics() -> None:

@@ -7,14 +7,14 @@ import json
 from typing import Any
 
 from memoryd.cli.output import as_json, table
-from memoryd.config import JOBS
+from memoryd.schedules.names import JOB_NAMES
 
 
 def register(commands: Any) -> None:
     jobs = commands.add_parser("jobs", help="run or inspect maintenance jobs")
     sub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
     run = sub.add_parser("run", help="run a maintenance job now, in this process")
-    run.add_argument("job", choices=JOBS)
+    run.add_argument("job", choices=JOB_NAMES)
     run.add_argument("--agent", dest="agent_id")
     run.add_argument("--dry-run", action="store_true")
     run.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
@@ -22,7 +22,7 @@ def register(commands: Any) -> None:
     run.add_argument("--json", action="store_true")
     run.set_defaults(handler=_jobs_run)
     history = sub.add_parser("history", help="recent maintenance runs")
-    history.add_argument("--job", choices=JOBS)
+    history.add_argument("--job", choices=JOB_NAMES)
     history.add_argument("--limit", type=int, default=20)
     history.add_argument("--json", action="store_true")
     history.set_defaults(handler=_jobs_history)
@@ -64,15 +64,10 @@ def _parse_params(pairs: list[str]) -> dict[str, Any]:
 
 
 def _jobs_run(args: argparse.Namespace) -> int:
-    from memoryd.memory.maintenance import run_job
+    from memoryd.memory.maintenance import run_to_completion
 
-    store = _store()
-    params = _parse_params(args.param)
-    record = run_job(store, args.job, agent_id=args.agent_id, dry_run=args.dry_run,
-                     params=params)
-    while record.status == "ok" and not record.complete:
-        record = run_job(store, args.job, agent_id=args.agent_id, dry_run=args.dry_run,
-                         params=params)
+    record = run_to_completion(_store(), args.job, agent_id=args.agent_id,
+                               dry_run=args.dry_run, params=_parse_params(args.param))
     print(as_json(record.as_dict()) if args.json else
           f"{record.job}: {record.status} (run {record.run_id}) {json.dumps(record.stats)}")
     return 0 if record.status != "failed" else 1
@@ -145,7 +140,7 @@ def _status(args: argparse.Namespace) -> int:
     print(table(("job", "last status", "started", "stats"),
                 [(job, runs[job]["status"] if job in runs else "never",
                   runs[job]["started_at"].strftime("%Y-%m-%d %H:%M:%S") if job in runs else "",
-                  json.dumps(runs[job]["stats"]) if job in runs else "") for job in JOBS]))
+                  json.dumps(runs[job]["stats"]) if job in runs else "") for job in JOB_NAMES]))
     return 0
 
 
@@ -171,7 +166,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from memoryd.memory.maintenance.base import restore
+    from memoryd.memory.maintenance import restore
 
     target: int | str = int(args.id) if args.id.isdigit() else args.id
     memory_id = restore(_store(), target)

@@ -2,26 +2,12 @@
 and for the in-process APScheduler mode (``aps``).
 
 Only the dependency-free parts are re-exported here: ``memoryd.config`` imports
-``memoryd.schedules.cron`` while validating settings, and the thin client must not
-pull in APScheduler. Import ``memoryd.schedules.beat`` / ``.aps`` explicitly.
+``memoryd.schedules.cron`` while validating settings, and the thin client must pull
+in neither the job functions (which the table imports) nor APScheduler. Import
+``memoryd.schedules.table`` / ``.beat`` / ``.aps`` explicitly.
 """
 
 from memoryd.schedules.cron import Cron, CronSets, parse_cron
-from memoryd.schedules.table import (
-    DEFAULT_SCHEDULE,
-    QUEUE,
-    ScheduleEntry,
-    effective_schedule,
-    expires_for,
-)
+from memoryd.schedules.names import JOB_NAMES
 
-__all__ = [
-    "DEFAULT_SCHEDULE",
-    "QUEUE",
-    "Cron",
-    "CronSets",
-    "ScheduleEntry",
-    "effective_schedule",
-    "expires_for",
-    "parse_cron",
-]
+__all__ = ["JOB_NAMES", "Cron", "CronSets", "parse_cron"]

@@ -1,17 +1,34 @@
-"""The one table of maintenance jobs, and the settings overrides applied to it.
+"""The one table of maintenance jobs: which jobs exist, what each does, when it runs.
 
-Celery beat (``beat.py``) and the in-process APScheduler mode (``aps.py``) are
-both rendered from ``effective_schedule``, so the two deployment modes cannot
-drift apart: change a time here (or with ``MEMORYD_SCHEDULE_<JOB>``) and both follow.
+Each entry takes the job function itself (as arq's ``cron(func)`` does): the job's
+name is the function's name, its description the first paragraph of its docstring.
+The job registry (``JOBS``), the Celery tasks (``memoryd.tasks.maintenance``), Celery
+beat (``beat.py``) and the in-process APScheduler mode (``aps.py``) are all derived
+from it, so they cannot drift apart: change a time here (or with
+``MEMORYD_SCHEDULE_<JOB>``) and both deployment modes follow.
+
+Thin clients cannot import this module (the job functions need SQLAlchemy); they
+check job names against ``memoryd.schedules.names``, which a test keeps equal to it.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from memoryd.config import JOBS
+from memoryd.errors import ConfigError
+from memoryd.memory.maintenance.compact_sessions import compact_sessions
+from memoryd.memory.maintenance.consolidate import consolidate
+from memoryd.memory.maintenance.context import JobFn
+from memoryd.memory.maintenance.cortex import cortex
+from memoryd.memory.maintenance.deduplicate import deduplicate
+from memoryd.memory.maintenance.evict import evict
+from memoryd.memory.maintenance.expire import expire
+from memoryd.memory.maintenance.index_agents import index_agents
+from memoryd.memory.maintenance.repair_sessions import repair_sessions
+from memoryd.memory.maintenance.summarize import summarize
 from memoryd.schedules.cron import Cron, parse_cron
 
 if TYPE_CHECKING:
@@ -20,6 +37,7 @@ if TYPE_CHECKING:
 TASK_PREFIX = "memoryd.maintenance."
 QUEUE = "maintenance"
 OFF = "off"
+ENV_PREFIX = "MEMORYD_SCHEDULE_"
 
 _MINUTES_PER_DAY = 24 * 60
 _MAX_SLACK_S = 3600
@@ -36,6 +54,7 @@ class ScheduleEntry:
     """
 
     job: str
+    fn: JobFn
     cron: str
     expires_s: int
     description: str
@@ -50,42 +69,28 @@ class ScheduleEntry:
         return parse_cron(self.cron, self.job)
 
 
-# Daily jobs are staggered (03:00, 03:30, 04:00, 05:00) so they do not compete for
-# the database at the same minute; the hourly and 6-hourly ones avoid each other's
-# minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour,
-# index_agents :45).
-DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
-    ScheduleEntry("consolidate", "0 */6 * * *", 5 * 3600,
-                  "Consolidate recent memories and sessions."),
-    ScheduleEntry("evict", "0 3 * * *", 23 * 3600,
-                  "Evict memories beyond the retention limits."),
-    ScheduleEntry("expire", "0 * * * *", 50 * 60,
-                  "Remove memories whose expiry time has passed."),
-    ScheduleEntry("deduplicate", "30 3 * * *", 23 * 3600,
-                  "Merge near-duplicate memories."),
-    ScheduleEntry("summarize", "0 4 * * *", 23 * 3600,
-                  "Summarize sessions and memories."),
-    ScheduleEntry("cortex", "30 */6 * * *", 5 * 3600,
-                  "Run the cortex pass."),
-    ScheduleEntry("compact_sessions", "15 * * * *", 50 * 60,
-                  "Compact long sessions."),
-    ScheduleEntry("repair_sessions", "0 5 * * *", 23 * 3600,
-                  "Repair inconsistent session records."),
-    ScheduleEntry("index_agents", "45 * * * *", 50 * 60,
-                  "Give each large agent an HNSW index of its own."),
-)
+def scheduled(fn: JobFn, cron: str) -> ScheduleEntry:
+    """The entry running job function ``fn`` at ``cron``; its expiry follows the cadence."""
+    parsed = parse_cron(cron, fn.__name__)
+    return ScheduleEntry(job=fn.__name__, fn=fn, cron=str(parsed),
+                         expires_s=expires_for(parsed), description=_summary(fn))
 
-if tuple(entry.job for entry in DEFAULT_SCHEDULE) != JOBS:  # pragma: no cover
-    raise RuntimeError("DEFAULT_SCHEDULE must list exactly memoryd.config.JOBS, in order")
+
+def _summary(fn: JobFn) -> str:
+    """The first paragraph of ``fn``'s docstring, on one line."""
+    doc = inspect.getdoc(fn)
+    if not doc:
+        raise ValueError(f"job {fn.__name__} needs a docstring: it is its description")
+    return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 def expires_for(cron: Cron) -> int:
     """How long a tick of ``cron`` may be late: its shortest gap minus some slack.
 
     The slack is a sixth of the gap, at most an hour, so a late tick is always
-    dropped before the next one is due. This yields the table's values: hourly
-    50 min, 6-hourly 5 h, daily 23 h. It assumes consecutive days may fire,
-    which errs towards the shorter (safer) expiry for weekday-only schedules.
+    dropped before the next one is due: hourly jobs get 50 min, 6-hourly 5 h, daily
+    23 h. It assumes consecutive days may fire, which errs towards the shorter
+    (safer) expiry for weekday-only schedules.
     """
     sets = cron.expand()
     times = sorted(hour * 60 + minute for hour in sets.hour for minute in sets.minute)
@@ -95,27 +100,45 @@ def expires_for(cron: Cron) -> int:
     return gap_s - min(gap_s // 6, _MAX_SLACK_S)
 
 
+# Daily jobs are staggered (03:00, 03:30, 04:00, 05:00) so they do not compete for
+# the database at the same minute; the hourly and 6-hourly ones avoid each other's
+# minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour,
+# index_agents :45).
+DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
+    scheduled(consolidate, "0 */6 * * *"),
+    scheduled(evict, "0 3 * * *"),
+    scheduled(expire, "0 * * * *"),
+    scheduled(deduplicate, "30 3 * * *"),
+    scheduled(summarize, "0 4 * * *"),
+    scheduled(cortex, "30 */6 * * *"),
+    scheduled(compact_sessions, "15 * * * *"),
+    scheduled(repair_sessions, "0 5 * * *"),
+    scheduled(index_agents, "45 * * * *"),
+)
+
+# Every job by name, in table order: what ``run_job`` runs.
+JOBS: dict[str, ScheduleEntry] = {entry.job: entry for entry in DEFAULT_SCHEDULE}
+
+
 def effective_schedule(settings: Settings) -> list[ScheduleEntry]:
-    """The table after ``MEMORYD_SCHEDULE_<JOB>`` overrides, in ``JOBS`` order.
+    """The table after ``MEMORYD_SCHEDULE_<JOB>`` overrides, in table order.
 
     An override of ``off`` (any case) removes the job; any other value replaces
     the cron string, and the expiry is re-derived from it so that, say, moving a
     daily job to every 15 minutes does not leave it with a 23-hour expiry.
-    Times are wall-clock times in ``settings.timezone``.
+    Times are wall-clock times in ``settings.timezone``. An override naming no job
+    is a ConfigError: a misspelt variable would otherwise be ignored.
     """
+    unknown = sorted(set(settings.schedule) - set(JOBS))
+    if unknown:
+        names = ", ".join(f"{ENV_PREFIX}{job.upper()}" for job in unknown)
+        raise ConfigError(f"{names}: no such maintenance job; one of {list(JOBS)}")
     entries = []
     for entry in DEFAULT_SCHEDULE:
-        override = _override(settings, entry.job)
+        override = settings.schedule.get(entry.job)
         if override is None:
             entries.append(entry)
         elif override.lower() != OFF:
-            cron = parse_cron(override, f"MEMORYD_SCHEDULE_{entry.job.upper()}")
+            cron = parse_cron(override, f"{ENV_PREFIX}{entry.job.upper()}")
             entries.append(replace(entry, cron=str(cron), expires_s=expires_for(cron)))
     return entries
-
-
-def _override(settings: Settings, job: str) -> str | None:
-    value: str | None = getattr(settings, f"schedule_{job}")
-    if value is None or not value.strip():
-        return None
-    return value.strip()

@@ -1,4 +1,5 @@
-"""Maintenance tasks (queue ``maintenance``): one per job, ``memoryd.maintenance.<job>``.
+"""Maintenance tasks (queue ``maintenance``): one per entry of the schedule table,
+named ``memoryd.maintenance.<job>``.
 
 Each run works in bounded batches for at most its time budget; if work is
 left, it enqueues a follow-up run of itself, so no single task holds a message
@@ -12,8 +13,9 @@ from typing import Any
 import structlog
 from celery import Task
 
-from memoryd.config import JOBS
 from memoryd.errors import LLMUnavailable
+from memoryd.memory.maintenance import run_job
+from memoryd.schedules.table import DEFAULT_SCHEDULE, ScheduleEntry
 from memoryd.tasks.base import MemorydTask, get_store
 from memoryd.worker import app
 
@@ -25,8 +27,6 @@ LLM_RETRY_DEFAULT_S = 60.0
 
 def run(task: Task, job: str, agent_id: str | None, dry_run: bool,
         params: dict[str, Any] | None, follow_up: int) -> dict[str, Any]:
-    from memoryd.memory.maintenance import run_job
-
     try:
         record = run_job(get_store(), job, agent_id=agent_id, dry_run=dry_run, params=params)
     except LLMUnavailable as exc:
@@ -40,18 +40,18 @@ def run(task: Task, job: str, agent_id: str | None, dry_run: bool,
     return record.as_dict()
 
 
-def _make_task(job: str) -> Task:
+def _make_task(entry: ScheduleEntry) -> Task:
     def maintenance_task(self: Task, agent_id: str | None = None, dry_run: bool = False,
                          params: dict[str, Any] | None = None,
                          follow_up: int = 0) -> dict[str, Any]:
-        return run(self, job, agent_id, dry_run, params, follow_up)
+        return run(self, entry.job, agent_id, dry_run, params, follow_up)
 
-    maintenance_task.__name__ = job
+    maintenance_task.__name__ = entry.job
     maintenance_task.__doc__ = (
-        f"Run maintenance job {job!r} under its fleet-wide lock. Idempotent: a second run "
-        "in a row changes nothing; a run that finds the lock held records 'skipped'.")
-    return app.task(name=f"memoryd.maintenance.{job}", base=MemorydTask, bind=True,
+        f"Run maintenance job {entry.job!r} under its fleet-wide lock. Idempotent: a second "
+        "run in a row changes nothing; a run that finds the lock held records 'skipped'.")
+    return app.task(name=entry.task_name, base=MemorydTask, bind=True,
                     track_started=True)(maintenance_task)
 
 
-TASKS: dict[str, Task] = {job: _make_task(job) for job in JOBS}
+TASKS: dict[str, Task] = {entry.job: _make_task(entry) for entry in DEFAULT_SCHEDULE}

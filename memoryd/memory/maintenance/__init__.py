@@ -1,18 +1,14 @@
 """Maintenance jobs: plain functions over the store, each returning typed stats.
 
-``run_job`` is the single entry point used by the Celery tasks, APScheduler and
-the CLI: it takes the job's fleet-wide advisory lock, records the run in
-``maintenance_runs`` and calls the job function.
+Which jobs exist, and when they run, is the schedule table's business
+(``memoryd.schedules.table``). ``run_job`` takes a job's fleet-wide advisory lock,
+records the run in ``maintenance_runs`` and calls the job function;
+``run_to_completion`` repeats it until the work is done.
 """
 
-from memoryd.memory.maintenance.base import (
-    JOBS,
-    JobContext,
-    JobOutcome,
-    RunRecord,
-    job,
-    run_job,
-    run_to_completion,
-)
+from memoryd.memory.maintenance.context import JobContext, JobOutcome
+from memoryd.memory.maintenance.restore import restore
+from memoryd.memory.maintenance.runner import RunRecord, run_job, run_to_completion
 
-__all__ = ["JOBS", "JobContext", "JobOutcome", "RunRecord", "job", "run_job", "run_to_completion"]
+__all__ = ["JobContext", "JobOutcome", "RunRecord", "restore", "run_job",
+           "run_to_completion"]

@@ -2,7 +2,7 @@
 
 The job reads a session, asks the LLM for the summary outside any transaction, and then
 rewrites the list under ``FOR UPDATE`` only if the part it read is still the list's
-prefix; messages appended meanwhile are carried over untouched (see ``session_common``).
+prefix; messages appended meanwhile are carried over untouched (see ``session_lists``).
 """
 
 from __future__ import annotations
@@ -16,21 +16,17 @@ from sqlalchemy import text
 
 from memoryd.memory import llm as llm_mod
 from memoryd.memory import sessions as session_refs
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, job
-from memoryd.memory.maintenance.session_common import (
+from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
+from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
+from memoryd.memory.maintenance.params import integer
+from memoryd.memory.maintenance.session_lists import (
     LENGTH_SQL,
-    _read_messages,
-    _write_session,
     as_uuid,
+    read_messages,
     ref_id,
     session_keys,
     single_session,
-)
-from memoryd.memory.maintenance.summarize import (
-    bounded,
-    llm_label,
-    positive,
-    prepare_memories,
+    write_session,
 )
 from memoryd.memory.writes import write
 
@@ -46,12 +42,13 @@ class _CompactOptions:
     summary_chars: int
 
 
-@job("compact_sessions", "Summarize all but the most recent messages of long sessions "
-     "into one system summary message.")
 def compact_sessions(ctx: JobContext, threshold: int = 30, keep: int = 10,
                      chunk_chars: int = 80_000, summary_chars: int = 1500,
                      session_id: str | None = None) -> JobOutcome:
-    """Sessions with at least ``threshold`` messages keep their ``keep`` most recent ones;
+    """Summarize all but the most recent messages of long sessions into one system
+    summary message.
+
+    Sessions with at least ``threshold`` messages keep their ``keep`` most recent ones;
     the older ones are summarized by the LLM (``chunk_chars`` characters per call) into
     one memory (role system, category summary, importance 0.9, source
     ``session:<id>``), and the list becomes ``[summary] + recent``.
@@ -62,11 +59,11 @@ def compact_sessions(ctx: JobContext, threshold: int = 30, keep: int = 10,
     ``session_id`` (with the run's agent_id) compacts just that session.
     """
     sid = single_session(ctx, session_id)
-    kept = positive("keep", keep, 0)
+    kept = integer("keep", keep, 0)
     # At least two older messages, or a re-run would re-summarize its own summary.
-    opts = _CompactOptions(keep=kept, min_len=max(positive("threshold", threshold), kept + 2),
-                           chunk_chars=positive("chunk_chars", chunk_chars, 1000),
-                           summary_chars=positive("summary_chars", summary_chars, 100))
+    opts = _CompactOptions(keep=kept, min_len=max(integer("threshold", threshold), kept + 2),
+                           chunk_chars=integer("chunk_chars", chunk_chars, 1000),
+                           summary_chars=integer("summary_chars", summary_chars, 100))
     llm = ctx.get_llm()
     stats: dict[str, Any] = {"compacted": 0, "summarized": 0, "kept": 0, "summary_ids": [],
                              "skipped": 0, "llm": llm_label(llm)}
@@ -96,7 +93,7 @@ def _compact_dry_run(ctx: JobContext, where: str, opts: _CompactOptions,
 def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
                  opts: _CompactOptions, stats: dict[str, Any]) -> None:
     with ctx.store.session() as session:
-        read = _read_messages(session, agent_id, session_id)
+        read = read_messages(session, agent_id, session_id)
     if read is None or len(read.messages) < opts.min_len:
         return
     split = len(read.messages) - opts.keep
@@ -108,7 +105,7 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
         "source": bounded(f"session:{session_id}"),
         "metadata": {"summarized_messages": len(older)}}])
     with ctx.store.session() as session:
-        current = _read_messages(session, agent_id, session_id, lock=True)
+        current = read_messages(session, agent_id, session_id, lock=True)
         if current is None or current.messages[:split] != older:
             stats["skipped"] += 1  # rewritten meanwhile (forget, repair): next sweep
             return
@@ -116,7 +113,7 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
         ts = _ts_text(older[-1]) or ctx.now.isoformat()  # sorts before the kept messages
         messages = [session_refs.message_ref(summary_id, "system", ts),
                     *current.messages[split:]]
-        _write_session(session, agent_id, session_id, messages, "compacted_at", ctx.now)
+        write_session(session, agent_id, session_id, messages, "compacted_at", ctx.now)
     stats["compacted"] += 1
     stats["summarized"] += len(older)
     stats["kept"] += len(messages) - 1

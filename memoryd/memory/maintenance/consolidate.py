@@ -22,7 +22,7 @@ every insert, edit and merge sets) are each compared with their nearest neighbou
 the same agent through the HNSW index. Pairs with cosine >= ``merge_threshold`` are
 merged into the better memory: protected (decision or pinned) first, then most
 important, then most recent. Protected memories are never merged away. See
-``dedup.merge_into`` for what the survivor keeps; merged rows go to
+``merging`` for what the survivor keeps; merged rows go to
 ``evicted_memories`` with reason ``merged``. The sweep walks (updated_at, id) in
 keyset order and is checkpointed like the decay pass. ``merge=False`` runs the decay
 pass alone (the merge sweep keeps its checkpoint for the next run that merges).
@@ -37,22 +37,12 @@ from typing import Any
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import (
-    NIL_UUID,
-    JobContext,
-    JobOutcome,
-    commit_without_waiting,
-    heap_window,
-    job,
-)
-from memoryd.memory.maintenance.dedup import (
-    Merge,
-    load_checkpoint,
-    merge_into,
-    save_checkpoint,
-    valid_state,
-)
-from memoryd.memory.maintenance.eviction import check_batch_size, number, protected
+from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpoint, valid_state
+from memoryd.memory.maintenance.context import JobContext, JobOutcome
+from memoryd.memory.maintenance.heap import heap_window
+from memoryd.memory.maintenance.merging import Merge, merge_into
+from memoryd.memory.maintenance.params import check_batch_size, number
+from memoryd.memory.maintenance.sql import NIL_UUID, commit_without_waiting, protected
 
 # A fleet-wide decay statement reads at most about this many batches' worth of rows.
 DECAY_WINDOW_BATCHES = 4
@@ -72,10 +62,10 @@ class _Options:
     interval: timedelta
 
 
-@job("consolidate", "Decay the confidence of idle memories; merge near-duplicate memories.")
 def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
                 idle_days: float = 7, merge_threshold: float = 0.95,
                 decay_interval_hours: float = 5, merge: bool = True) -> JobOutcome:
+    """Decay the confidence of idle memories; merge near-duplicate memories by embedding."""
     check_batch_size(ctx)
     if not isinstance(merge, bool):
         raise ValidationError("merge", f"must be a boolean, got {merge!r}")

@@ -5,9 +5,12 @@ Three parts, each in its own stats:
 - stale cleanup: memories nobody recalled for ``stale_days`` (or since they were
   stored) with importance <= ``stale_importance`` move to evicted_memories ('stale');
   decisions and pinned memories never do.
-- session consolidation: recently active sessions of ``consolidate_min`` or more
-  messages get up to ``max_facts`` durable facts extracted by the LLM and stored as
-  ``fact`` memories (source ``session:<id>``); once per session (consolidated_at).
+- fact extraction: recently active sessions of ``consolidate_min`` or more messages get
+  up to ``max_facts`` durable facts extracted by the LLM and stored as ``fact`` memories
+  (source ``session:<id>``); once per session. (The parameter, the session column
+  ``consolidated_at`` and the stat ``sessions_consolidated`` keep the part's older name,
+  "session consolidation": they are part of the interface. It is not the
+  ``consolidate`` job.)
 - session indexing: recently active sessions of ``index_min`` or more messages get a
   one-or-two sentence gist stored as a ``reflection`` memory keyed
   ``session-index:<id>`` and as the session's summary; once per session (indexed_at).
@@ -29,17 +32,14 @@ from sqlalchemy.orm import Session
 from memoryd.errors import ValidationError
 from memoryd.memory import llm as llm_mod
 from memoryd.memory import writes
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_in_batches, job
-from memoryd.memory.maintenance.session_common import (
+from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
+from memoryd.memory.maintenance.evicting import evict_in_batches
+from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
+from memoryd.memory.maintenance.params import integer
+from memoryd.memory.maintenance.session_lists import (
     LENGTH_SQL,
     message_contents,
     session_keys,
-)
-from memoryd.memory.maintenance.summarize import (
-    bounded,
-    llm_label,
-    positive,
-    prepare_memories,
 )
 
 FACT_IMPORTANCE = 0.6
@@ -59,25 +59,25 @@ class _Options:
     stale_before: datetime
     max_importance: float
     active_since: datetime
-    consolidate_min: int
+    facts_min: int  # the consolidate_min parameter
     index_min: int
     max_facts: int
 
 
-@job("cortex", "Evict stale memories; extract facts from and index recently active sessions.")
 def cortex(ctx: JobContext, stale_days: int = 90, stale_importance: float = 0.3,
            window_hours: int = 24, consolidate_min: int = 4, index_min: int = 2,
            max_facts: int = 3) -> JobOutcome:
+    """Evict stale memories; extract facts from and index recently active sessions."""
     if isinstance(stale_importance, bool) or not isinstance(stale_importance, int | float) \
             or not 0 <= stale_importance <= 1:
         raise ValidationError("stale_importance", "must be a number from 0 to 1")
     opts = _Options(
-        stale_before=ctx.now - timedelta(days=positive("stale_days", stale_days)),
+        stale_before=ctx.now - timedelta(days=integer("stale_days", stale_days)),
         max_importance=float(stale_importance),
-        active_since=ctx.now - timedelta(hours=positive("window_hours", window_hours)),
-        consolidate_min=positive("consolidate_min", consolidate_min),
-        index_min=positive("index_min", index_min),
-        max_facts=positive("max_facts", max_facts))
+        active_since=ctx.now - timedelta(hours=integer("window_hours", window_hours)),
+        facts_min=integer("consolidate_min", consolidate_min),
+        index_min=integer("index_min", index_min),
+        max_facts=integer("max_facts", max_facts))
     llm = ctx.get_llm()
     stats: dict[str, Any] = {"stale_removed": 0, "facts_extracted": 0, "facts_stored": 0,
                              "sessions_consolidated": 0, "sessions_indexed": 0,
@@ -88,8 +88,8 @@ def cortex(ctx: JobContext, stale_days: int = 90, stale_importance: float = 0.3,
          "max_importance": opts.max_importance}, "stale")
     # Later parts only run once earlier ones finished, so a resumed run picks up in order.
     if complete:
-        complete = _sweep(ctx, "consolidated_at", opts.consolidate_min, opts, stats,
-                          lambda agent, sid: _consolidate(ctx, llm, agent, sid, opts, stats))
+        complete = _sweep(ctx, "consolidated_at", opts.facts_min, opts, stats,
+                          lambda agent, sid: _extract_facts(ctx, llm, agent, sid, opts, stats))
     if complete:
         complete = _sweep(ctx, "indexed_at", opts.index_min, opts, stats,
                           lambda agent, sid: _index(ctx, llm, agent, sid, stats))
@@ -134,8 +134,8 @@ def _claim(session: Session, ctx: JobContext, agent_id: str, session_id: str, ma
         "summary": summary}).first() is not None
 
 
-def _consolidate(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
-                 opts: _Options, stats: dict[str, Any]) -> None:
+def _extract_facts(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
+                   opts: _Options, stats: dict[str, Any]) -> None:
     contents = message_contents(ctx, agent_id, session_id)
     facts = llm_mod.extract_facts(llm, contents, limit=opts.max_facts)
     source = bounded(f"session:{session_id}")

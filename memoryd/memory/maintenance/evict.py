@@ -1,7 +1,7 @@
-"""The ``evict`` and ``expire`` jobs: memories past the retention limits move to
-``evicted_memories`` (restorable with ``base.restore``), never silently deleted.
+"""The ``evict`` job: memories past the retention limits move to ``evicted_memories``
+(restorable with ``memoryd restore``), never silently deleted.
 
-evict, in this order (so each reason is counted once):
+In this order (so each reason is counted once):
 1. ``age``: idle for more than ``max_age_days`` (counted from the last access, else
    from creation, so memories agents still recall are kept) and less important than
    ``min_importance``;
@@ -10,61 +10,27 @@ evict, in this order (so each reason is counted once):
    protected first, then most important, then most recent;
 then the evicted copies older than ``retention_days`` are purged for good.
 
-expire removes memories whose ``expires_at`` has passed (reason ``expired``).
-
-Decisions and pinned memories are never removed by either job (they still take up
-slots of an agent's cap). Every step is a bounded batch in its own short transaction;
-a step selects "rows still matching", so a re-run after a crash or a time-out simply
+Decisions and pinned memories are never removed (they still take up slots of an
+agent's cap). Every step is a bounded batch in its own short transaction; a step
+selects "rows still matching", so a re-run after a crash or a time-out simply
 continues, and a second run in a row finds nothing to do.
-
-This module also holds the small helpers the other maintenance jobs of this family
-(``dedup``, ``decay``) share: the protected-memory predicate and parameter checks.
 """
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import text
 
-from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import (
-    JobContext,
-    JobOutcome,
+from memoryd.memory.maintenance.context import JobContext, JobOutcome
+from memoryd.memory.maintenance.evicting import (
+    count_matching,
     evict_by_heap_walk,
     evict_in_batches,
-    job,
 )
-
-
-def protected(alias: str = "m") -> str:
-    """SQL true for memories no job may remove, expire, merge away or decay."""
-    return f"({alias}.pinned OR {alias}.category = 'decision')"
-
-
-def number(name: str, value: object, low: float, high: float | None = None) -> float:
-    """A numeric job parameter within [low, high]; booleans and NaN are rejected."""
-    if isinstance(value, int | float) and not isinstance(value, bool) \
-            and math.isfinite(value) and value >= low and (high is None or value <= high):
-        return float(value)
-    bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
-    raise ValidationError(name, f"must be a number {bounds}, got {value!r}")
-
-
-def integer(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValidationError(name, f"must be an integer >= {low}, got {value!r}")
-    return value
-
-
-def check_batch_size(ctx: JobContext) -> None:
-    """A zero batch would never finish a keyset sweep."""
-    integer("batch_size", ctx.batch_size, 1)
-
-
-# --- evict --------------------------------------------------------------------------
+from memoryd.memory.maintenance.params import check_batch_size, integer, number
+from memoryd.memory.maintenance.sql import protected
 
 _AGE = ("coalesce(m.last_accessed_at, m.created_at) < :age_before "
         "AND m.importance < :min_importance")
@@ -114,11 +80,11 @@ def _cap_sql(agent: str) -> str:
         LIMIT :batch"""
 
 
-@job("evict", "Evict old unimportant, low-confidence and over-cap memories; purge evicted "
-     "copies past retention.")
 def evict(ctx: JobContext, max_age_days: float = 30, min_importance: float = 0.2,
           min_confidence: float = 0.1, cap: int = 10000,
           retention_days: float = 30) -> JobOutcome:
+    """Evict old unimportant, low-confidence and over-cap memories; purge evicted copies
+    past retention."""
     check_batch_size(ctx)
     params: dict[str, Any] = {
         "agent_id": ctx.agent_id,
@@ -161,10 +127,7 @@ def _purge(ctx: JobContext, before: Any) -> tuple[int, bool]:
         ORDER BY e.evicted_at LIMIT :batch"""
     params = {"before": before, "agent_id": ctx.agent_id, "batch": ctx.batch_size}
     if ctx.dry_run:
-        with ctx.store.session() as session:
-            return int(session.execute(text(
-                f"SELECT count(*) FROM ({select.replace('LIMIT :batch', '')}) s"),
-                params).scalar_one()), True
+        return count_matching(ctx, select, params), True
     total = 0
     while True:
         with ctx.store.session() as session:
@@ -176,19 +139,3 @@ def _purge(ctx: JobContext, before: Any) -> tuple[int, bool]:
             return total, True
         if ctx.out_of_time():
             return total, False
-
-
-# --- expire -------------------------------------------------------------------------
-
-
-@job("expire", "Remove memories whose expires_at has passed.")
-def expire(ctx: JobContext) -> JobOutcome:
-    check_batch_size(ctx)
-    # "expires_at IS NOT NULL" lets the planner use the partial index on expires_at.
-    select = f"""SELECT m.id FROM memories m
-        WHERE m.expires_at IS NOT NULL AND m.expires_at <= :now
-          AND {ctx.agent_clause()} AND NOT {protected()}
-        ORDER BY m.expires_at LIMIT :batch"""
-    expired, complete = evict_in_batches(ctx, select, {"now": ctx.now,
-                                                       "agent_id": ctx.agent_id}, "expired")
-    return JobOutcome({"expired": expired}, complete)

@@ -2,9 +2,8 @@
 
 The shared HNSW index serves every agent through a filtered scan: to find an agent's
 k nearest memories, pgvector's iterative scan walks the whole fleet's graph and drops
-the other agents' rows, about k / (the agent's share of the table) of them. For a
-100,000-memory agent in a million that is ten rows read per row kept (measured at 1M:
-7.5 ms for the HNSW scan instead of 2.0 ms through an index of its own). pgvector's
+the other agents' rows, about k / (the agent's share of the table) of them: for a
+100,000-memory agent in a million, ten rows read per row kept. pgvector's
 documented answer is a partial index per filter value; PostgreSQL maintains it on every
 write and the planner picks it for that agent's queries (recall plans large agents'
 queries with their agent id: ``recall.vector_settings``), so recall's SQL is unchanged.
@@ -22,13 +21,13 @@ Costs: each indexed agent's writes also go into its own graph, and every stateme
 
 The same run counts the document frequencies of the indexed agents' lexemes
 (``agent_terms``, migration 0007) for the keyword side of their recalls, which otherwise
-estimates them on a sample at every call (``keywords.large_cte``): one ``ts_stat`` pass
-over the agent's memories (about 0.3 s per 100,000), keeping the terms that are not rare
-(``keywords.rare_cut``). An agent is counted again only once its size has moved by more
-than ``RECOUNT_SHARE`` since, or its counts are older than ``RECOUNT_AFTER``: recounting
-every indexed agent every hour would be minutes of reading per hour for a fleet of
-64 agents of millions of memories, for weights (``ln(N / df)``) that a few percent of
-growth moves by about a percent. Counts of agents no longer indexed are deleted.
+estimates them on a sample at every call: one ``ts_stat`` pass over the agent's
+memories, keeping the terms that are not rare (``keywords.rare_cut``). An agent is
+counted again only once its size has moved by more than ``RECOUNT_SHARE`` since, or its
+counts are older than ``RECOUNT_AFTER``: recounting every indexed agent every hour would
+read every large agent's memories every hour, for weights (``ln(N / df)``) that a few
+percent of growth moves by about a percent. Counts of agents no longer indexed are
+deleted.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from sqlalchemy.orm import Session
 
 from memoryd.errors import ValidationError
 from memoryd.memory.keywords import rare_cut
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, job
+from memoryd.memory.maintenance.context import JobContext, JobOutcome
 
 INDEX_PREFIX = "ix_memories_agent_hnsw_"
 # The planner weighs every index of ``memories`` for every statement: a fleet gets
@@ -53,7 +52,7 @@ _INDEX_SQL = ("CREATE INDEX CONCURRENTLY {name} ON memories USING hnsw "
               "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
               "WHERE agent_id = {agent}")
 # A graph built within this much memory is built several times faster than one that
-# spills; 100,000 memories need about 200 MB.
+# spills to disk; sized for an agent of a few hundred thousand memories.
 _BUILD_MEMORY = "512MB"
 # How long a build waits for the transactions it must outlast (it never blocks writes).
 _BUILD_LOCK_TIMEOUT = "5min"
@@ -89,7 +88,7 @@ def existing_indexes(conn: Connection) -> dict[str, bool]:
 
 def agent_sizes(conn: Connection, at_least: int) -> list[tuple[str, int]]:
     """Agents holding at least ``at_least`` memories, largest first (one aggregate over
-    the (agent_id, created_at) index: about 0.1 s per million memories)."""
+    the (agent_id, created_at) index)."""
     rows = conn.execute(text("""
         SELECT agent_id, count(*) AS n FROM memories GROUP BY agent_id
         HAVING count(*) >= :n ORDER BY count(*) DESC, agent_id
@@ -133,8 +132,8 @@ def count_terms(session: Session, agent_id: str) -> int:
     """Count ``agent_id``'s lexemes afresh into ``agent_terms`` (in the caller's
     transaction): the terms that are not rare (``keywords.rare_cut``). Returns the
     terms kept."""
-    # One pass over all of the agent's memories (about 3 s per million): not bounded by
-    # the engine's per-statement timeout, which would fail it every hour for a huge agent.
+    # One pass over all of the agent's memories: not bounded by the engine's
+    # per-statement timeout, which would fail it every hour for a huge agent.
     session.execute(text("SET LOCAL statement_timeout = 0"))
     memories = int(session.execute(text(
         "SELECT count(*) FROM memories WHERE agent_id = :a"), {"a": agent_id}).scalar_one())
@@ -184,8 +183,8 @@ def _build_settings(conn: Connection) -> None:
     conn.execute(text(f"SET maintenance_work_mem = '{_BUILD_MEMORY}'"))
 
 
-@job("index_agents", "Give each large agent an HNSW index of its own.")
 def index_agents(ctx: JobContext, **params: Any) -> JobOutcome:
+    """Give each large agent an HNSW index of its own."""
     if params:
         raise ValidationError("params", f"index_agents takes none, got {sorted(params)}")
     if ctx.agent_id is not None:

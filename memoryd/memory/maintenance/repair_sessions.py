@@ -1,9 +1,10 @@
 """``repair_sessions``: fix broken session message lists.
 
-The phases are pure functions over one session's list; the job plans a session's repair
-(reads, merged and cut texts, embeddings) outside any transaction, and then rewrites the
-list under ``FOR UPDATE`` only if the part it read is still the list's prefix; messages
-appended meanwhile are carried over untouched (see ``session_common``).
+The phases are pure functions over one session's list (``repair_phases``); this module
+plans a session's repair (reads, merged and cut texts, embeddings) outside any
+transaction, and then rewrites the list under ``FOR UPDATE`` only if the part it read is
+still the list's prefix; messages appended meanwhile are carried over untouched (see
+``session_lists``).
 """
 
 from __future__ import annotations
@@ -11,140 +12,38 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from memoryd.memory.embeddings import to_pgvector
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, evict_ids, job
-from memoryd.memory.maintenance.session_common import (
-    _read_messages,
-    _Row,
-    _write_session,
+from memoryd.memory import writes
+from memoryd.memory.maintenance.context import JobContext, JobOutcome
+from memoryd.memory.maintenance.evicting import evict_ids
+from memoryd.memory.maintenance.params import integer
+from memoryd.memory.maintenance.repair_phases import (
+    MemoryInfo,
+    drop_duplicates,
+    drop_missing_ids,
+    drop_orphans,
+    merge_runs,
+    norm_id,
+    sort_by_ts,
+    truncate_text,
+    without_ids,
+)
+from memoryd.memory.maintenance.session_lists import (
+    SessionRow,
     as_uuid,
+    read_messages,
     ref_id,
     session_keys,
     single_session,
+    write_session,
 )
-from memoryd.memory.maintenance.summarize import positive
-from memoryd.memory.writes import content_hash
-
-TRUNCATION_MARKER = "… [truncated by memoryd repair; full text in evicted_memories]"
-
-
-# --- repair_sessions: the phases, as pure functions over one session's list -------------
-
-
-@dataclass
-class _Memory:
-    """What repair needs to know about a referenced memory."""
-
-    size: int  # bytes of content
-    content_hash: str
-    protected: bool  # pinned or a decision: never merged away or rewritten
-
-
-def _norm(memory_id: str) -> str:
-    parsed = as_uuid(memory_id)
-    return str(parsed) if parsed is not None else memory_id
-
-
-def drop_missing_ids(messages: Sequence[Any]) -> tuple[list[dict[str, Any]], int]:
-    """Phase 1: references that are not objects, or have no (or an empty) id."""
-    kept = [ref for ref in messages if ref_id(ref) is not None]
-    return kept, len(messages) - len(kept)
-
-
-def drop_duplicates(refs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Phase 2: later references to an id already in the list (the first one stays)."""
-    seen: set[str] = set()
-    kept = []
-    for ref in refs:
-        key = _norm(str(ref["id"]))
-        if key not in seen:
-            seen.add(key)
-            kept.append(ref)
-    return kept, len(refs) - len(kept)
-
-
-def drop_orphans(refs: Sequence[dict[str, Any]],
-                 existing: Mapping[str, _Memory]) -> tuple[list[dict[str, Any]], int]:
-    """Phase 4: references to memories that no longer exist (or never could: not a UUID)."""
-    kept = [ref for ref in refs if _norm(str(ref["id"])) in existing]
-    return kept, len(refs) - len(kept)
-
-
-def _parse_ts(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def sort_by_ts(refs: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Phase 5: stable sort by timestamp; returns how many references moved.
-
-    A reference without a readable ts sorts with its predecessor, so it is never thrown
-    to one end of the list on a guess.
-    """
-    keys: list[datetime] = []
-    last = datetime.min.replace(tzinfo=UTC)
-    for ref in refs:
-        parsed = _parse_ts(ref.get("ts"))
-        if parsed is not None:
-            last = parsed
-        keys.append(last)
-    order = sorted(range(len(refs)), key=keys.__getitem__)
-    return [refs[i] for i in order], sum(1 for pos, i in enumerate(order) if pos != i)
-
-
-def merge_runs(refs: Sequence[dict[str, Any]],
-               existing: Mapping[str, _Memory]) -> list[list[str]]:
-    """Phase 3 (planning): runs of two or more consecutive messages of the same role.
-
-    System messages (summaries) and messages without a role are never merged; pinned
-    memories and decisions break a run, because they must not be merged away or edited.
-    """
-    runs: list[list[str]] = []
-    current: list[str] = []
-    role: object = None
-    for ref in refs:
-        memory_id = _norm(str(ref["id"]))
-        this_role = ref.get("role")
-        mergeable = (isinstance(this_role, str) and this_role != "system"
-                     and not existing[memory_id].protected)
-        if mergeable and current and this_role == role:
-            current.append(memory_id)
-            continue
-        if len(current) > 1:
-            runs.append(current)
-        current, role = ([memory_id] if mergeable else []), this_role
-    if len(current) > 1:
-        runs.append(current)
-    return runs
-
-
-def without_merged(refs: Sequence[dict[str, Any]], merges: Sequence[_Merge]) -> list[Any]:
-    """The list once ``merges`` are applied: the merged-away references are gone."""
-    gone = {other for merge in merges for other in merge.others}
-    return [ref for ref in refs if _norm(str(ref["id"])) not in gone]
-
-
-def truncate_text(content: str, max_bytes: int) -> str:
-    """``content`` cut to at most ``max_bytes`` UTF-8 bytes including the marker line."""
-    marker = f"\n{TRUNCATION_MARKER}"
-    budget = max_bytes - len(marker.encode("utf-8"))
-    head = content.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
-    return head.rstrip() + marker
-
-
-# --- repair_sessions: the plan, the writes, the job -------------------------------------
+from memoryd.memory.rows import STORED_COLUMNS
 
 
 @dataclass
@@ -155,6 +54,11 @@ class _Merge:
     content: str
     content_hash: str
     vector: str = ""
+
+
+def without_merged(refs: Sequence[dict[str, Any]], merges: Sequence[_Merge]) -> list[Any]:
+    """The list once ``merges`` are applied: the merged-away references are gone."""
+    return without_ids(refs, {other for merge in merges for other in merge.others})
 
 
 @dataclass
@@ -189,7 +93,7 @@ class _Counts:
 
 @dataclass
 class _Plan:
-    row: _Row  # the session as read
+    row: SessionRow  # the session as read
     refs: list[dict[str, Any]]  # after phases 1, 2, 4 and 5
     counts: _Counts
     merges: list[_Merge] = field(default_factory=list)
@@ -220,11 +124,12 @@ class _RepairTotals:
 _SINCE_MARGIN = timedelta(minutes=5)  # appends commit a little after their now()
 
 
-@job("repair_sessions", "Fix broken session message lists: missing and duplicate ids, "
-     "orphans, order, same-role runs, oversized messages.")
 def repair_sessions(ctx: JobContext, max_message_bytes: int = 512_000,
                     session_id: str | None = None) -> JobOutcome:
-    """Repair session lists in seven phases (stats count each):
+    """Fix broken session message lists: missing and duplicate ids, orphans, order,
+    same-role runs, oversized messages.
+
+    Seven phases (stats count each):
 
     1. ``missing_id``: drop references without an id; 2. ``duplicates``: drop repeated ids
     (the first stays); 3. ``merged``: join consecutive same-role messages (not system)
@@ -240,7 +145,7 @@ def repair_sessions(ctx: JobContext, max_message_bytes: int = 512_000,
     (with agent_id) repairs that one session.
     """
     sid = single_session(ctx, session_id)
-    max_bytes = positive("max_message_bytes", max_message_bytes, 1024)
+    max_bytes = integer("max_message_bytes", max_message_bytes, 1024)
     totals = _RepairTotals()
     since = None if sid is not None else _last_complete_sweep(ctx)
     where = "CAST(:since AS timestamptz) IS NULL OR s.updated_at >= CAST(:since AS timestamptz)"
@@ -293,7 +198,7 @@ def _repair_one(ctx: JobContext, agent_id: str, session_id: str, max_bytes: int,
 def _plan_repair(ctx: JobContext, agent_id: str, session_id: str,
                  max_bytes: int) -> _Plan | None:
     with ctx.store.session() as session:
-        row = _read_messages(session, agent_id, session_id)
+        row = read_messages(session, agent_id, session_id)
         if row is None:
             return None
         existing = _memory_info(session, agent_id, row.messages)
@@ -309,14 +214,14 @@ def _plan_repair(ctx: JobContext, agent_id: str, session_id: str,
     return plan
 
 
-def _memory_info(session: Session, agent_id: str, messages: Sequence[Any]) -> dict[str, _Memory]:
+def _memory_info(session: Session, agent_id: str, messages: Sequence[Any]) -> dict[str, MemoryInfo]:
     ids = list({u for u in (as_uuid(ref_id(ref)) for ref in messages) if u is not None})
     rows = session.execute(text("""
         SELECT id, octet_length(content) AS size, content_hash,
                pinned OR category = 'decision' AS protected
         FROM memories WHERE agent_id = :agent_id AND id = ANY(:ids)
     """), {"agent_id": agent_id, "ids": ids})
-    return {str(r.id): _Memory(int(r.size), str(r.content_hash), bool(r.protected))
+    return {str(r.id): MemoryInfo(int(r.size), str(r.content_hash), bool(r.protected))
             for r in rows}
 
 
@@ -349,7 +254,7 @@ def _plan_merges(ctx: JobContext, agent_id: str, runs: list[list[str]],
             counts.merge_skipped += 1  # forgotten since we looked: the next run sees it
             continue
         merged = "\n".join(found[i][0] for i in run)
-        digest = content_hash(merged)
+        digest = writes.content_hash(merged)
         if _hash_taken(ctx, agent_id, digest, run):
             counts.merge_skipped += 1  # would break dedup; the messages stay as they are
             continue
@@ -358,11 +263,11 @@ def _plan_merges(ctx: JobContext, agent_id: str, runs: list[list[str]],
 
 
 def _plan_truncations(ctx: JobContext, agent_id: str, plan: _Plan,
-                      existing: Mapping[str, _Memory], max_bytes: int) -> list[_Truncation]:
+                      existing: Mapping[str, MemoryInfo], max_bytes: int) -> list[_Truncation]:
     merged = {m.first: m for m in plan.merges}
     out = []
     for ref in without_merged(plan.refs, plan.merges):
-        memory_id = _norm(str(ref["id"]))
+        memory_id = norm_id(str(ref["id"]))
         info = existing[memory_id]
         if info.protected:
             continue
@@ -375,7 +280,7 @@ def _plan_truncations(ctx: JobContext, agent_id: str, plan: _Plan,
         if not full or len(full.encode("utf-8")) <= max_bytes:
             continue
         short = truncate_text(full, max_bytes)
-        digest = content_hash(short)
+        digest = writes.content_hash(short)
         if _hash_taken(ctx, agent_id, digest, [memory_id]):
             plan.counts.truncate_skipped += 1
             continue
@@ -386,18 +291,16 @@ def _plan_truncations(ctx: JobContext, agent_id: str, plan: _Plan,
 def _embed(ctx: JobContext, plan: _Plan) -> None:
     """Embed every rewritten text in one batch, before the write transaction opens."""
     targets: list[_Merge | _Truncation] = [*plan.merges, *plan.truncations]
-    if not targets:
-        return
-    vectors = ctx.store.embedder.embed([t.content for t in targets])
+    vectors = writes.embed_texts(ctx.store.embedder, [t.content for t in targets])
     for target, vector in zip(targets, vectors, strict=True):
-        target.vector = to_pgvector(vector)
+        target.vector = vector
 
 
 def _write_repair(ctx: JobContext, agent_id: str, session_id: str, plan: _Plan) -> bool:
     """Apply the plan in one transaction; False (nothing written) when the session
     changed other than by appends since it was read."""
     with ctx.store.session() as session:
-        current = _read_messages(session, agent_id, session_id, lock=True)
+        current = read_messages(session, agent_id, session_id, lock=True)
         if current is None or current.messages[:len(plan.original)] != plan.original:
             return False
         applied = [m for m in plan.merges if _apply_merge(session, ctx, agent_id, m)]
@@ -412,7 +315,7 @@ def _write_repair(ctx: JobContext, agent_id: str, session_id: str, plan: _Plan) 
                     *current.messages[len(plan.original):]]
         if (messages != current.messages or current.stored_count != len(messages)
                 or not current.is_list or applied or truncated):
-            _write_session(session, agent_id, session_id, messages, "repaired_at", ctx.now)
+            write_session(session, agent_id, session_id, messages, "repaired_at", ctx.now)
     return True
 
 
@@ -435,22 +338,20 @@ def _apply_merge(session: Session, ctx: JobContext, agent_id: str, merge: _Merge
                 {"ids": [uuid.UUID(merge.first), *others]}).scalar_one()
             # Evict first: that frees the others' hashes before the first takes the new one.
             evict_ids(session, others, "session_merge", ctx.run_id)
-            session.execute(text("""
-                UPDATE memories SET content = :content, content_hash = :h,
-                    embedding = CAST(:vector AS vector), importance = :importance,
-                    updated_at = now()
-                WHERE id = :id
-            """), {"content": merge.content, "h": merge.content_hash, "vector": merge.vector,
-                   "importance": importance, "id": uuid.UUID(merge.first)})
+            writes.set_content(session, uuid.UUID(merge.first), merge.content, merge.vector,
+                               importance=importance)
     except IntegrityError:
         return False
     return True
 
 
-# Mirrors base._EVICT's columns, but copies instead of moving: the memory stays.
-_KEEP_FULL_TEXT = text("""
+# A copy in evicted_memories as eviction would make it (every stored column but the
+# embedding as data, the embedding apart), but the memory stays.
+_DATA = ", ".join(f"'{column}', m.{column}" for column in STORED_COLUMNS
+                  if column != "embedding")
+_KEEP_FULL_TEXT = text(f"""
 INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
-SELECT m.id, m.agent_id, 'truncated', :run_id, to_jsonb(m) - 'embedding' - 'tsv', m.embedding
+SELECT m.id, m.agent_id, 'truncated', :run_id, jsonb_build_object({_DATA}), m.embedding
 FROM memories m WHERE m.id = :id
 """)
 
@@ -463,12 +364,7 @@ def _apply_truncation(session: Session, ctx: JobContext, agent_id: str,
     try:
         with session.begin_nested():
             session.execute(_KEEP_FULL_TEXT, {"run_id": ctx.run_id, "id": memory_id})
-            session.execute(text("""
-                UPDATE memories SET content = :content, content_hash = :h,
-                    embedding = CAST(:vector AS vector), updated_at = now()
-                WHERE id = :id
-            """), {"content": cut.content, "h": cut.content_hash, "vector": cut.vector,
-                   "id": memory_id})
+            writes.set_content(session, memory_id, cut.content, cut.vector)
     except IntegrityError:
         return False
     return True

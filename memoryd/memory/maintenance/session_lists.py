@@ -1,5 +1,5 @@
-"""Session helpers shared by the session jobs (``compact_sessions``, ``repair_sessions``)
-and the ``cortex`` job.
+"""Sessions' message lists, as the session jobs (``compact_sessions``,
+``repair_sessions``) and ``cortex`` read and rewrite them.
 
 A session row holds an ordered JSONB list of references ``{"id", "role", "ts"}`` to
 memories. Agents append to it concurrently (``messages || new``), so both session jobs
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from memoryd import validation as check
 from memoryd.errors import ValidationError
-from memoryd.memory.maintenance.base import JobContext
+from memoryd.memory.maintenance.context import JobContext
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 # A session row written by hand can hold anything: these keep SQL over it from failing.
@@ -110,14 +110,17 @@ def message_contents(ctx: JobContext, agent_id: str, session_id: str, *, limit: 
             "chars": chars}).scalars()]
 
 
-class _Row(NamedTuple):
+class SessionRow(NamedTuple):
+    """A session's list as read, with what a repair needs to know about the row."""
+
     messages: list[Any]
     stored_count: int  # the message_count column
     is_list: bool  # False for a hand-written object or scalar in place of the list
 
 
-def _read_messages(session: Session, agent_id: str, session_id: str,
-                   lock: bool = False) -> _Row | None:
+def read_messages(session: Session, agent_id: str, session_id: str,
+                  lock: bool = False) -> SessionRow | None:
+    """A session's list as read (``lock``: FOR UPDATE, for a rewrite), or None."""
     row = session.execute(text(
         "SELECT messages, message_count FROM sessions "
         "WHERE agent_id = :agent_id AND session_id = :session_id"
@@ -125,20 +128,21 @@ def _read_messages(session: Session, agent_id: str, session_id: str,
         {"agent_id": agent_id, "session_id": session_id}).first()
     if row is None:
         return None
-    return _Row(message_list(row.messages), int(row.message_count),
-                isinstance(row.messages, list))
+    return SessionRow(message_list(row.messages), int(row.message_count),
+                      isinstance(row.messages, list))
 
 
-_WRITE_SESSION = """
+_REWRITE = """
 UPDATE sessions SET messages = CAST(:messages AS jsonb), message_count = :count, {stamp} = :now
 WHERE agent_id = :agent_id AND session_id = :session_id
 """
 
 
-def _write_session(session: Session, agent_id: str, session_id: str, messages: list[Any],
-                   stamp: str, now: datetime) -> None:
+def write_session(session: Session, agent_id: str, session_id: str, messages: list[Any],
+                  stamp: str, now: datetime) -> None:
+    """Replace a session's list and count, and set the job's ``stamp`` column."""
     # updated_at is left alone on purpose: it means "an agent wrote here", which the
     # cortex and repair sweeps use to find new activity.
-    session.execute(text(_WRITE_SESSION.format(stamp=stamp)), {
+    session.execute(text(_REWRITE.format(stamp=stamp)), {
         "messages": json.dumps(messages), "count": len(messages), "now": now,
         "agent_id": agent_id, "session_id": session_id})

@@ -9,70 +9,27 @@ default) and linked from the summary with ``derived_from`` links, so nothing is 
 Decisions, pinned memories and existing summaries are never summarized. Each chunk of
 a group (at most ``max_group`` originals) is written in its own transaction: the
 summary, the archiving and the links commit together or not at all.
-
-This module also holds small helpers the other maintenance jobs share (writing
-memories inside a job's own transaction, bounding keys, naming the LLM in stats).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 
-from memoryd import validation as check
-from memoryd.errors import ValidationError
 from memoryd.memory import llm as llm_mod
 from memoryd.memory import writes
-from memoryd.memory.maintenance.base import JobContext, JobOutcome, job
+from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
+from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
+from memoryd.memory.maintenance.params import integer
 
 MAX_GROUP = 200  # originals per summary: bounds the prompt, the locks and the transaction
 _CONTENT_CHARS = 4000  # per original; the LLM helpers clip items to 2,000 chars anyway
 
-
-# --- helpers shared by the maintenance jobs ---------------------------------------------
-
-
-def llm_label(llm: llm_mod.LLM) -> str:
-    """What stats call the LLM: ``extractive`` for the offline fallback, else its name."""
-    return "extractive" if llm_mod.is_fallback(llm) else llm.name
-
-
-def bounded(value: str, limit: int = check.MAX_KEY) -> str:
-    """``value`` if it fits a key/source column, else its head plus a hash of the whole,
-    so derived keys stay unique and stable for any agent-supplied id."""
-    if len(value) <= limit:
-        return value
-    digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
-    return f"{value[:limit - len(digest) - 1]}#{digest}"
-
-
-def prepare_memories(ctx: JobContext, agent_id: str,
-                     items: Sequence[Mapping[str, Any]]) -> list[writes.PreparedRow]:
-    """Validate and embed memories outside any transaction (embedding is the slow part),
-    so the job can then write them with ``writes.write`` in the same short transaction
-    as its own bookkeeping: the same checks and dedup as ``MemoryStore.store``."""
-    # LLM text can carry a NUL, which validation rightly rejects; failing the whole job
-    # on every retry over it would stall maintenance, so it is dropped here.
-    cleaned = [{**item, "content": str(item["content"]).replace("\x00", "")} for item in items]
-    checked = check.store_items(cleaned, ctx.store.settings.max_content_bytes)
-    vectors = ctx.store.embedder.embed([item.content for item in checked])
-    return writes.prepare(agent_id, checked, vectors)
-
-
-def positive(name: str, value: object, low: int = 1) -> int:
-    """A job parameter that must be an integer >= ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValidationError(name, f"must be an integer >= {low}, got {value!r}")
-    return value
-
-
-# --- the job ----------------------------------------------------------------------------
 
 # The group a memory belongs to: its key prefix, else its category. Keyed and unkeyed
 # memories that land on the same label share a group, so two groups can never fight
@@ -103,15 +60,15 @@ class _Stats:
                 "groups": self.groups, "skipped": self.skipped}
 
 
-@job("summarize", "Summarize groups of old memories into one summary each; archive the "
-     "originals with derived_from links.")
 def summarize(ctx: JobContext, older_than_days: int = 30, min_group: int = 2,
               max_group: int = MAX_GROUP, summary_chars: int = 800) -> JobOutcome:
-    opts = _Options(cutoff=ctx.now - timedelta(days=positive("older_than_days",
-                                                             older_than_days, 0)),
-                    min_group=positive("min_group", min_group, 2),
-                    max_group=positive("max_group", max_group, 2),
-                    summary_chars=positive("summary_chars", summary_chars, 100))
+    """Summarize groups of old memories into one summary each; archive the originals
+    with derived_from links."""
+    opts = _Options(cutoff=ctx.now - timedelta(days=integer("older_than_days",
+                                                            older_than_days, 0)),
+                    min_group=integer("min_group", min_group, 2),
+                    max_group=integer("max_group", max_group, 2),
+                    summary_chars=integer("summary_chars", summary_chars, 100))
     llm = ctx.get_llm()
     if ctx.dry_run:
         return JobOutcome({**_dry_run_counts(ctx, opts), "llm": llm_label(llm)})

@@ -1,0 +1,26 @@
+"""The ``expire`` job: memories whose ``expires_at`` has passed move to
+``evicted_memories`` (reason ``expired``), except decisions and pinned memories.
+
+Like ``evict``, it works in bounded batches of rows still matching, so a re-run simply
+continues and a second run in a row finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from memoryd.memory.maintenance.context import JobContext, JobOutcome
+from memoryd.memory.maintenance.evicting import evict_in_batches
+from memoryd.memory.maintenance.params import check_batch_size
+from memoryd.memory.maintenance.sql import protected
+
+
+def expire(ctx: JobContext) -> JobOutcome:
+    """Remove memories whose expires_at has passed."""
+    check_batch_size(ctx)
+    # "expires_at IS NOT NULL" lets the planner use the partial index on expires_at.
+    select = f"""SELECT m.id FROM memories m
+        WHERE m.expires_at IS NOT NULL AND m.expires_at <= :now
+          AND {ctx.agent_clause()} AND NOT {protected()}
+        ORDER BY m.expires_at LIMIT :batch"""
+    expired, complete = evict_in_batches(ctx, select, {"now": ctx.now,
+                                                       "agent_id": ctx.agent_id}, "expired")
+    return JobOutcome({"expired": expired}, complete)

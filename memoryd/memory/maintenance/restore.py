@@ -1,0 +1,49 @@
+"""Putting an evicted memory back, under its old id (``memoryd restore``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from memoryd.errors import NotFound, ValidationError
+from memoryd.memory.rows import STORED_COLUMNS
+
+if TYPE_CHECKING:
+    from memoryd.memory.store import MemoryStore
+
+# What a restored memory gets instead of its stored value: it counts as changed now,
+# no longer expires (or it would be expired again at once), and its embedding was
+# kept in a column of its own.
+_RESET = {"updated_at": "now()", "expires_at": "NULL", "embedding": "e.embedding"}
+_INSERT = text(f"""
+    INSERT INTO memories ({", ".join(STORED_COLUMNS)})
+    SELECT {", ".join(_RESET.get(column, f"r.{column}") for column in STORED_COLUMNS)}
+    FROM evicted_memories e,
+         jsonb_populate_record(NULL::memories, e.data) r
+    WHERE e.eviction_id = :eid
+""")
+
+
+def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
+    """Put an evicted memory back (same id). Raises NotFound or ValidationError when its
+    content or key is in use again. Returns the restored memory's id."""
+    key_sql = ("eviction_id = :v" if isinstance(eviction_or_memory_id, int)
+               else "memory_id = CAST(:v AS uuid)")
+    with store.session() as session:
+        row = session.execute(text(f"""
+            SELECT eviction_id, memory_id FROM evicted_memories WHERE {key_sql}
+            ORDER BY evicted_at DESC LIMIT 1 FOR UPDATE
+        """), {"v": eviction_or_memory_id}).first()
+        if row is None:
+            raise NotFound(f"no evicted memory {eviction_or_memory_id}")
+        try:
+            with session.begin_nested():
+                session.execute(_INSERT, {"eid": row.eviction_id})
+        except IntegrityError:
+            raise ValidationError("memory_id", "its content, key or id is in use again; "
+                                  "forget the newer memory first") from None
+        session.execute(text("DELETE FROM evicted_memories WHERE memory_id = :m"),
+                        {"m": row.memory_id})
+        return row.memory_id
