@@ -36,17 +36,20 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
     OUT_DIR,
     REPO_ROOT,
+    Stopwatch,
     format_table,
     machine_info,
     now_iso,
     progress,
     progress_bar,
+    timer,
     write_json,
 )
 
@@ -72,51 +75,44 @@ JOB_PARAMS: dict[str, dict[str, Any]] = {
 # --- the bare statements ------------------------------------------------------------
 # Each makes in one statement the change the job makes (defaults of the job's params;
 # memoryd moves rows to evicted_memories rather than deleting them, and so do these,
-# converting the moved rows to jsonb with the same expression as memoryd).
+# with memoryd's own conditions and its own move). They are built from memoryd's SQL
+# pieces, so a change to a job's conditions changes its baseline too.
 
-_PROTECTED = "(m.pinned OR m.category = 'decision')"
-_MOVE = """, unlinked AS (
-    DELETE FROM memory_links l USING gone
-    WHERE l.source_id = gone.id AND l.kind <> 'derived_from'
-)
-INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
-SELECT gone.id, gone.agent_id, {reason}, NULL,
-       to_jsonb(jsonb_populate_record(
-           gone.r, '{{"embedding": null, "tsv": null, "content_norm_hash": null}}'))
-           - ARRAY['embedding', 'tsv', 'content_norm_hash'],
-       gone.embedding
-FROM gone"""
-_GONE = "RETURNING m.id, m.agent_id, m.embedding, m AS r"
 
-BARE: dict[str, str] = {
-    "consolidate": f"""
-UPDATE memories m SET confidence = greatest(0.05, m.confidence * (1 - 0.05 * (1 - m.importance)))
-WHERE NOT {_PROTECTED} AND m.importance < 1 AND m.confidence > 0.05
-  AND coalesce(m.last_accessed_at, m.created_at) < now() - interval '7 days'""",
-    "evict": f"""
+def bare_statement(job: str) -> str:
+    """The one statement doing what ``job`` does; it returns the rows it changed as a
+    row count (an UPDATE) or a single count (the moves)."""
+    from memoryd.memory.maintenance import consolidate, evict, expire
+    from memoryd.memory.maintenance.evicting import GONE, move_gone
+    from memoryd.memory.maintenance.merging import fold
+    from memoryd.memory.maintenance.sql import protected
+
+    moved = "SELECT count(*) FROM moved"
+    if job == "consolidate":
+        return f"UPDATE memories m SET {consolidate.DECAY} WHERE {consolidate.eligible('TRUE')}"
+    if job == "evict":
+        return f"""
 WITH gone AS (
     DELETE FROM memories m
-    WHERE NOT {_PROTECTED}
-      AND ((coalesce(m.last_accessed_at, m.created_at) < now() - interval '30 days'
-            AND m.importance < 0.2) OR m.confidence < 0.1)
-    {_GONE}, CASE WHEN coalesce(m.last_accessed_at, m.created_at)
-                             < now() - interval '30 days' AND m.importance < 0.2
-                        THEN 'age' ELSE 'low_confidence' END AS reason
-){_MOVE.format(reason="gone.reason")}""",
-    "expire": f"""
+    WHERE NOT {protected()} AND (({evict.AGE}) OR {evict.LOW_CONFIDENCE})
+    {GONE}, CASE WHEN {evict.AGE} THEN 'age' ELSE 'low_confidence' END AS reason
+), {move_gone("gone.reason")}
+{moved}"""
+    if job == "expire":
+        return f"""
 WITH gone AS (
-    DELETE FROM memories m
-    WHERE m.expires_at IS NOT NULL AND m.expires_at <= now() AND NOT {_PROTECTED}
-    {_GONE}
-){_MOVE.format(reason="'expired'")}""",
-    "deduplicate": f"""
+    DELETE FROM memories m WHERE {expire.EXPIRED} AND NOT {protected()}
+    {GONE}
+), {move_gone("'expired'")}
+{moved}"""
+    return f"""
 WITH ranked AS (
-    SELECT m.id, {_PROTECTED} AS protected,
+    SELECT m.id, {protected()} AS protected,
            first_value(m.id) OVER w AS survivor, row_number() OVER w AS rn
     FROM memories m
     WHERE m.archived_at IS NULL AND m.content_norm_hash IS NOT NULL
     WINDOW w AS (PARTITION BY m.agent_id, m.content_norm_hash
-                 ORDER BY {_PROTECTED} DESC, m.created_at DESC, m.id DESC)
+                 ORDER BY {protected()} DESC, m.created_at DESC, m.id DESC)
 ), p AS (
     SELECT r.id AS loser, r.survivor FROM ranked r WHERE r.rn > 1 AND NOT r.protected
 ), sums AS (
@@ -127,13 +123,7 @@ WITH ranked AS (
     SELECT p.survivor, array_agg(DISTINCT t.tag ORDER BY t.tag) AS tags
     FROM p JOIN memories l ON l.id = p.loser, unnest(l.tags) AS t(tag) GROUP BY p.survivor
 ), fold AS (
-    UPDATE memories s SET
-        access_count = s.access_count + a.access_count,
-        importance = greatest(s.importance, a.importance),
-        confidence = greatest(s.confidence, a.confidence),
-        last_accessed_at = greatest(s.last_accessed_at, a.last_accessed_at),
-        tags = s.tags || ARRAY(SELECT x FROM unnest(coalesce(t.tags, '{{}}')) AS x
-                               WHERE x <> ALL(s.tags))
+    UPDATE memories s SET {fold("coalesce(t.tags, '{}')")}
     FROM sums a LEFT JOIN tags t ON t.survivor = a.survivor
     WHERE s.id = a.survivor  -- like memoryd, only survivors the fold changes
       AND (a.access_count <> 0 OR a.importance > s.importance OR a.confidence > s.confidence
@@ -145,9 +135,18 @@ WITH ranked AS (
     FROM p JOIN memories s ON s.id = p.survivor
     ON CONFLICT DO NOTHING
 ), gone AS (
-    DELETE FROM memories m USING p WHERE m.id = p.loser {_GONE}
-){_MOVE.format(reason="'duplicate'")}""",
-}
+    DELETE FROM memories m USING p WHERE m.id = p.loser {GONE}
+), {move_gone("'duplicate'")}
+{moved}"""
+
+
+def bare_params() -> dict[str, Any]:
+    """The binds of the bare statements: the jobs' default parameters, at the time now."""
+    now = datetime.now(UTC)
+    return {"floor": 0.05, "rate": 0.05, "idle_before": now - timedelta(days=7),
+            "age_before": now - timedelta(days=30), "min_importance": 0.2,
+            "min_confidence": 0.1, "now": now, "run_id": None}
+
 
 # What both copies must agree on after the change.
 _FINGERPRINT = """
@@ -300,6 +299,30 @@ def expected_rows(scale: int) -> dict[str, int]:
 
 def seed(server: Any, scale: int) -> dict[str, Any]:
     """Create, migrate and fill the template database; returns timings and sizes."""
+    url = _create_template(server)
+    agents = max(1, scale // ROWS_PER_AGENT)
+    pool = min(POOL, max(1, scale // 10))
+    watch = Stopwatch()
+    engine = _engine(url)
+    with engine.connect() as conn:
+        with watch("load_s"):
+            _create_vector_pool(conn, pool)
+            indexes = _drop_secondary_indexes(conn)
+            _load_rows(conn, scale, agents, pool)
+        with watch("index_s"):
+            _build_indexes(conn, indexes, watch)
+        _drop_vector_pool(conn)
+    with watch("vacuum_s"):
+        size = _vacuum(engine)
+    engine.dispose()
+    info = {"scale": scale, "agents": agents, "vector_pool": pool,
+            "database_mb": round(size / 2**20), **watch.rounded()}
+    _mark_complete(server, info)
+    return info
+
+
+def _create_template(server: Any) -> str:
+    """A new, migrated template database; its URL."""
     from sqlalchemy import text
 
     from memoryd.memory.store import MemoryStore
@@ -313,61 +336,88 @@ def seed(server: Any, scale: int) -> dict[str, Any]:
     store = MemoryStore(url)
     store.migrate()
     store.engine.dispose()
+    return str(url)
 
-    agents = max(1, scale // ROWS_PER_AGENT)
-    pool = min(POOL, max(1, scale // 10))
-    timings: dict[str, float] = {}
-    engine = _engine(url)
-    started = time.perf_counter()
-    with engine.connect() as conn:
-        conn.execute(text("""
-            CREATE UNLOGGED TABLE bench_pool AS
-            SELECT p AS id, l2_normalize(CAST(array_agg(random() - 0.5) AS vector)) AS v
-            FROM generate_series(0, :pool - 1) AS p, generate_series(1, 384) AS d
-            GROUP BY p"""), {"pool": pool})
-        conn.execute(text("ALTER TABLE bench_pool ADD PRIMARY KEY (id)"))
-        # Secondary indexes are dropped for the load and rebuilt after it (HNSW last).
-        indexes = conn.execute(text("""
-            SELECT i.indexname, i.indexdef FROM pg_indexes i
-            JOIN pg_class c ON c.relname = i.indexname
-            JOIN pg_index x ON x.indexrelid = c.oid
-            WHERE i.tablename = 'memories' AND NOT x.indisprimary
-            ORDER BY i.indexdef LIKE '%hnsw%', i.indexname""")).all()
-        for name, _ in indexes:
-            conn.execute(text(f"DROP INDEX {name}"))
-        conn.commit()
-        with progress_bar(scale, desc="seeding", unit="row") as bar:
-            for lo in range(0, scale, SEED_CHUNK):
-                hi = min(scale, lo + SEED_CHUNK) - 1
-                conn.execute(text(_ROW), {"lo": lo, "hi": hi, "agents": agents,
-                                          "pool": pool, "base": _BASE})
-                conn.commit()
-                bar.update(hi - lo + 1)
-        timings["load_s"] = time.perf_counter() - started
-        started = time.perf_counter()
-        for name, definition in progress(indexes, desc="indexing", unit="index"):
-            began = time.perf_counter()
+
+def _create_vector_pool(conn: Any, pool: int) -> None:
+    """``pool`` random unit vectors the rows share (row i gets vector i % pool)."""
+    from sqlalchemy import text
+
+    conn.execute(text("""
+        CREATE UNLOGGED TABLE bench_pool AS
+        SELECT p AS id, l2_normalize(CAST(array_agg(random() - 0.5) AS vector)) AS v
+        FROM generate_series(0, :pool - 1) AS p, generate_series(1, 384) AS d
+        GROUP BY p"""), {"pool": pool})
+    conn.execute(text("ALTER TABLE bench_pool ADD PRIMARY KEY (id)"))
+
+
+def _drop_secondary_indexes(conn: Any) -> list[tuple[str, str]]:
+    """Drop the secondary indexes of ``memories`` for the load; (name, definition) of
+    each, in the order to rebuild them (HNSW last)."""
+    from sqlalchemy import text
+
+    indexes = [(str(name), str(definition)) for name, definition in conn.execute(text("""
+        SELECT i.indexname, i.indexdef FROM pg_indexes i
+        JOIN pg_class c ON c.relname = i.indexname
+        JOIN pg_index x ON x.indexrelid = c.oid
+        WHERE i.tablename = 'memories' AND NOT x.indisprimary
+        ORDER BY i.indexdef LIKE '%hnsw%', i.indexname""")).all()]
+    for name, _ in indexes:
+        conn.execute(text(f"DROP INDEX {name}"))
+    conn.commit()
+    return indexes
+
+
+def _load_rows(conn: Any, scale: int, agents: int, pool: int) -> None:
+    """``scale`` rows, ``SEED_CHUNK`` per transaction."""
+    from sqlalchemy import text
+
+    with progress_bar(scale, desc="seeding", unit="row") as bar:
+        for lo in range(0, scale, SEED_CHUNK):
+            hi = min(scale, lo + SEED_CHUNK) - 1
+            conn.execute(text(_ROW), {"lo": lo, "hi": hi, "agents": agents,
+                                      "pool": pool, "base": _BASE})
+            conn.commit()
+            bar.update(hi - lo + 1)
+
+
+def _build_indexes(conn: Any, indexes: Sequence[tuple[str, str]], watch: Stopwatch) -> None:
+    """Rebuild the dropped indexes, timing each as ``index_<name>_s``."""
+    from sqlalchemy import text
+
+    for name, definition in progress(indexes, desc="indexing", unit="index"):
+        with watch(f"index_{name}_s"):
             conn.execute(text(definition))
             conn.commit()
-            timings[f"index_{name}_s"] = time.perf_counter() - began
-        timings["index_s"] = time.perf_counter() - started
-        conn.execute(text("DROP TABLE bench_pool"))
-        conn.commit()
+
+
+def _drop_vector_pool(conn: Any) -> None:
+    from sqlalchemy import text
+
+    conn.execute(text("DROP TABLE bench_pool"))
+    conn.commit()
+
+
+def _vacuum(engine: Any) -> int:
+    """Vacuum, analyze and checkpoint the loaded store; its database's size in bytes."""
+    from sqlalchemy import text
+
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        started = time.perf_counter()
         conn.execute(text("VACUUM (ANALYZE) memories"))
         conn.execute(text("CHECKPOINT"))
-        timings["vacuum_s"] = time.perf_counter() - started
-        size = conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one()
-    engine.dispose()
-    info = {"scale": scale, "agents": agents, "vector_pool": pool,
-            "database_mb": round(size / 2**20), **{k: round(v, 2) for k, v in timings.items()}}
+        return int(conn.execute(text(
+            "SELECT pg_database_size(current_database())")).scalar_one())
+
+
+def _mark_complete(server: Any, info: dict[str, Any]) -> None:
+    """Record the seed report on the template, which marks it complete (``--keep``)."""
+    from sqlalchemy import text
+
     admin = _admin(server)
-    with admin.connect() as conn:  # marks the template complete, for --keep reruns
+    with admin.connect() as conn:
         conn.execute(text(f"COMMENT ON DATABASE \"{TEMPLATE_DB}\" IS "
                           f"'{json.dumps(info)}'"))
     admin.dispose()
-    return info
 
 
 def warm_shared_buffers(server: Any) -> None:
@@ -436,42 +486,50 @@ def _run_child(url: str, job: str, side: str) -> dict[str, Any]:
 
 
 def child_main(spec: dict[str, Any]) -> int:
+    url, job, side = spec["url"], spec["job"], spec["side"]
+    outcome = _run_bare(url, job) if side == "bare" else _run_memoryd(url, job)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(_RESULT + json.dumps({**outcome, "peak_rss_mb": peak_mb}, default=str), flush=True)
+    return 0
+
+
+def _run_bare(url: str, job: str) -> dict[str, Any]:
+    """The bare statement, timed from after connecting."""
     from sqlalchemy import text
 
-    url, job, side = spec["url"], spec["job"], spec["side"]
-    if side == "bare":
-        engine = _engine(url)
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-            started = time.perf_counter()
-            result: Any = conn.execute(text(BARE[job]))
+    statement, params = text(bare_statement(job)), bare_params()
+    engine = _engine(url)
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+        with timer() as clock:
+            result: Any = conn.execute(statement, params)
+            rows = int(result.scalar_one() if result.returns_rows else result.rowcount)
             conn.commit()
-            seconds = time.perf_counter() - started
-        rows, runs, stats = int(result.rowcount), 1, {}
-        engine.dispose()
-    else:
-        from memoryd.memory.maintenance.base import run_job
-        from memoryd.memory.store import MemoryStore
+    engine.dispose()
+    return {"seconds": clock.seconds, "rows": rows, "runs": 1, "stats": {}}
 
-        store = MemoryStore(url)
-        with store.engine.connect() as conn:  # connected before the clock starts
-            conn.execute(text("SELECT 1"))
-        started = time.perf_counter()
-        rows = runs = 0
-        while True:
-            record = run_job(store, job, params=dict(JOB_PARAMS[job]), time_budget_s=3600)
-            runs += 1
-            stats = record.stats
-            rows += _changed(job, stats)
-            if record.status != "ok" or record.complete or runs >= 100:
-                break
-        seconds = time.perf_counter() - started
-        store.engine.dispose()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {"seconds": seconds, "rows": rows, "runs": runs, "peak_rss_mb": peak_mb,
-           "stats": {k: v for k, v in stats.items() if k != "checkpoint"}}
-    print(_RESULT + json.dumps(out, default=str), flush=True)
-    return 0
+
+def _run_memoryd(url: str, job: str) -> dict[str, Any]:
+    """memoryd's runs until the job completes, timed from after connecting; the rows
+    changed and the runs are read back from the audit afterwards."""
+    from sqlalchemy import text
+
+    from memoryd.memory.maintenance import run_to_completion
+    from memoryd.memory.store import MemoryStore
+
+    store = MemoryStore(url)
+    with store.engine.connect() as conn:  # connected before the clock starts
+        conn.execute(text("SELECT 1"))
+    with timer() as clock:
+        record = run_to_completion(store, job, params=dict(JOB_PARAMS[job]), time_budget_s=3600)
+    with store.session() as session:
+        runs = [dict(stats) for stats in session.execute(text(
+            "SELECT stats FROM maintenance_runs WHERE job = :job AND status = 'ok'"),
+            {"job": job}).scalars()]
+    store.engine.dispose()
+    return {"seconds": clock.seconds, "rows": sum(_changed(job, stats) for stats in runs),
+            "runs": len(runs),
+            "stats": {k: v for k, v in record.stats.items() if k != "checkpoint"}}
 
 
 def _changed(job: str, stats: dict[str, Any]) -> int:

@@ -15,13 +15,13 @@ from memoryd.config import override_settings
 from memoryd.errors import ValidationError
 from memoryd.memory import recall as rc
 from memoryd.memory.embeddings import to_pgvector
+from memoryd.memory.maintenance import run_job
 from memoryd.memory.maintenance.index_agents import (
     INDEX_PREFIX,
     existing_indexes,
     index_name,
     plan,
 )
-from memoryd.memory.maintenance import run_job
 from memoryd.memory.store import MemoryStore
 from tests.maint_helpers import bulk_insert, run
 

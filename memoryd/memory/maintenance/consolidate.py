@@ -110,10 +110,16 @@ def _decay_pass(ctx: JobContext, previous: object,
             "after_id": NIL_UUID, "after_tid": FIRST_TID}, "started"
 
 
-def _eligible(ctx: JobContext) -> str:
-    return f"""{ctx.agent_clause()} AND NOT {protected()} AND m.importance < 1
+def eligible(agent_clause: str) -> str:
+    """SQL for the memories (alias ``m``) decay may lower: idle since ``:idle_before``,
+    above ``:floor``, not protected, not of importance 1."""
+    return f"""{agent_clause} AND NOT {protected()} AND m.importance < 1
         AND m.confidence > :floor
         AND coalesce(m.last_accessed_at, m.created_at) < :idle_before"""
+
+
+def _eligible(ctx: JobContext) -> str:
+    return eligible(ctx.agent_clause())
 
 
 # Fleet-wide, the pass walks the table in physical order (see _fleet_decay_sql). A row
@@ -123,7 +129,8 @@ def _eligible(ctx: JobContext) -> str:
 # next pass, if still idle). age() of a frozen row's xmin is the maximum, so frozen
 # rows count as old.
 _UNTOUCHED = "age(m.xmin) > age(CAST(:horizon AS xid))"
-_SET = "confidence = greatest(:floor, m.confidence * (1 - :rate * (1 - m.importance)))"
+# What decay does to an eligible memory (binds :floor and :rate).
+DECAY = "confidence = greatest(:floor, m.confidence * (1 - :rate * (1 - m.importance)))"
 _COUNTS = """SELECT (SELECT count(*) FROM batch) AS seen,
        (SELECT count(*) FROM decayed) AS decayed,
        (SELECT CAST(b.key AS text) FROM batch b ORDER BY b.key DESC LIMIT 1) AS last"""
@@ -139,7 +146,7 @@ def _agent_decay_sql(ctx: JobContext) -> str:
             WHERE m.id > CAST(:after AS uuid) AND {_eligible(ctx)}
             ORDER BY m.id LIMIT :batch
         ), decayed AS (
-            UPDATE memories m SET {_SET}
+            UPDATE memories m SET {DECAY}
             FROM batch WHERE m.id = batch.key AND {_eligible(ctx)}
             RETURNING 1
         )
@@ -163,7 +170,7 @@ def _fleet_decay_sql(ctx: JobContext) -> str:
               AND {_eligible(ctx)} AND {_UNTOUCHED}
             ORDER BY m.ctid LIMIT :batch
         ), decayed AS (
-            UPDATE memories m SET {_SET}
+            UPDATE memories m SET {DECAY}
             WHERE m.ctid = ANY(ARRAY(SELECT b.key FROM batch b))
               AND {_eligible(ctx)} AND {_UNTOUCHED}
             RETURNING 1

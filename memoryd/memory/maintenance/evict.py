@@ -32,19 +32,21 @@ from memoryd.memory.maintenance.evicting import (
 from memoryd.memory.maintenance.params import check_batch_size, integer, number
 from memoryd.memory.maintenance.sql import protected
 
-_AGE = ("coalesce(m.last_accessed_at, m.created_at) < :age_before "
-        "AND m.importance < :min_importance")
-_LOW_CONFIDENCE = "m.confidence < :min_confidence"
+# The two conditions of the first steps (bind :age_before, :min_importance and
+# :min_confidence); protected memories are left out separately.
+AGE = ("coalesce(m.last_accessed_at, m.created_at) < :age_before "
+       "AND m.importance < :min_importance")
+LOW_CONFIDENCE = "m.confidence < :min_confidence"
 
 
 def _age_where(agent: str) -> str:
-    return f"{agent} AND NOT {protected()} AND {_AGE}"
+    return f"{agent} AND NOT {protected()} AND {AGE}"
 
 
 def _low_confidence_where(agent: str) -> str:
     # Rows that also qualify by age belong to the age step; excluding them keeps the
     # dry run's counts disjoint (in a real run they are gone already).
-    return f"{agent} AND NOT {protected()} AND {_LOW_CONFIDENCE} AND NOT ({_AGE})"
+    return f"{agent} AND NOT {protected()} AND {LOW_CONFIDENCE} AND NOT ({AGE})"
 
 
 def _keyset_sql(where: str) -> str:
@@ -65,7 +67,7 @@ def _any_agent_over(ctx: JobContext, cap: int) -> bool:
 def _cap_sql(agent: str) -> str:
     # Rows the first two steps remove do not count towards the cap: a no-op in a real
     # run, and it makes the dry run's cap count exact.
-    kept = f"({agent} AND ({protected()} OR NOT ({_AGE} OR {_LOW_CONFIDENCE})))"
+    kept = f"({agent} AND ({protected()} OR NOT ({AGE} OR {LOW_CONFIDENCE})))"
     return f"""SELECT r.id FROM (
             SELECT m.id, {protected()} AS protected,
                    row_number() OVER (PARTITION BY m.agent_id

@@ -16,30 +16,42 @@ from memoryd.memory.maintenance.context import JobContext
 from memoryd.memory.maintenance.heap import heap_window
 from memoryd.memory.maintenance.sql import NIL_UUID
 
-# A moved row as ``evicted_memories.data``: every column but the embedding (kept in its
-# own column) and the generated tsv and content_norm_hash (restore regenerates them).
-# They are nulled before the conversion, so the embedding is never formatted as JSON
-# text only to be dropped.
-_DATA = ("to_jsonb(jsonb_populate_record(gone.r, "
-         "'{\"embedding\": null, \"tsv\": null, \"content_norm_hash\": null}'))"
-         " - ARRAY['embedding', 'tsv', 'content_norm_hash']")
-# The tail of a statement whose CTE ``gone`` (id, agent_id, embedding, r) returns deleted
-# memories: unlinks and moves them; ``moved`` counts them (binds :reason and :run_id).
-# (Links by = ANY: a join with the CTE would be planned as a scan of memory_links.)
-MOVE_GONE = f"""unlinked AS (
+
+def moved_data(record: str) -> str:
+    """SQL for a moved row (the ``memories`` record ``record``) as
+    ``evicted_memories.data``: every column but the embedding (kept in its own column)
+    and the generated tsv and content_norm_hash (restore regenerates them). They are
+    nulled before the conversion, so the embedding is never formatted as JSON text only
+    to be dropped."""
+    return (f"to_jsonb(jsonb_populate_record({record}, "
+            "'{\"embedding\": null, \"tsv\": null, \"content_norm_hash\": null}'))"
+            " - ARRAY['embedding', 'tsv', 'content_norm_hash']")
+
+
+def move_gone(reason: str = ":reason") -> str:
+    """The tail of a statement whose CTE ``gone`` (id, agent_id, embedding, r) returns
+    deleted memories: unlinks and moves them with ``reason`` (SQL); ``moved`` counts
+    them (binds :run_id)."""
+    # Links by = ANY: a join with the CTE would be planned as a scan of memory_links.
+    return f"""unlinked AS (
     DELETE FROM memory_links l
     WHERE l.source_id = ANY(ARRAY(SELECT gone.id FROM gone)) AND l.kind <> 'derived_from'
 ), moved AS (
     INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
-    SELECT gone.id, gone.agent_id, :reason, :run_id, {_DATA}, gone.embedding
+    SELECT gone.id, gone.agent_id, {reason}, :run_id, {moved_data('gone.r')}, gone.embedding
     FROM gone
     RETURNING 1
 )"""
-_GONE = "RETURNING m.id, m.agent_id, m.embedding, m AS r"
+
+
+# move_gone with the reason bound as :reason.
+MOVE_GONE = move_gone()
+# What a DELETE FROM memories m returns as the CTE ``gone`` that MOVE_GONE moves.
+GONE = "RETURNING m.id, m.agent_id, m.embedding, m AS r"
 
 _EVICT = text(f"""
 WITH gone AS (
-    DELETE FROM memories m WHERE m.id = ANY(:ids) {_GONE}
+    DELETE FROM memories m WHERE m.id = ANY(:ids) {GONE}
 ), {MOVE_GONE}
 SELECT count(*) FROM moved
 """)
@@ -57,7 +69,7 @@ def evict_ids(session: Session, ids: Sequence[Any], reason: str, run_id: int | N
 # holds braces.)
 _EVICT_BATCH = f"""
 WITH picked AS MATERIALIZED (%(select)s), gone AS (
-    DELETE FROM memories m WHERE m.id IN (SELECT p.id FROM picked p) {_GONE}
+    DELETE FROM memories m WHERE m.id IN (SELECT p.id FROM picked p) {GONE}
 ), {MOVE_GONE}
 SELECT (SELECT count(*) FROM picked) AS picked, (SELECT count(*) FROM moved) AS moved,
        (SELECT p.%(key)s FROM picked p ORDER BY p.%(key)s DESC LIMIT 1) AS last"""

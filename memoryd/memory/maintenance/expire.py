@@ -12,13 +12,15 @@ from memoryd.memory.maintenance.evicting import evict_in_batches
 from memoryd.memory.maintenance.params import check_batch_size
 from memoryd.memory.maintenance.sql import protected
 
+# "expires_at IS NOT NULL" lets the planner use the partial index on expires_at.
+EXPIRED = "m.expires_at IS NOT NULL AND m.expires_at <= :now"
+
 
 def expire(ctx: JobContext) -> JobOutcome:
     """Remove memories whose expires_at has passed."""
     check_batch_size(ctx)
-    # "expires_at IS NOT NULL" lets the planner use the partial index on expires_at.
     select = f"""SELECT m.id FROM memories m
-        WHERE m.expires_at IS NOT NULL AND m.expires_at <= :now
+        WHERE {EXPIRED}
           AND {ctx.agent_clause()} AND NOT {protected()}
         ORDER BY m.expires_at LIMIT :batch"""
     expired, complete = evict_in_batches(ctx, select, {"now": ctx.now,

@@ -71,12 +71,7 @@ v AS MATERIALIZED (
     FROM gone g LEFT JOIN tags t ON t.survivor = g.survivor
     GROUP BY g.survivor
 ), fold AS (
-    UPDATE memories s SET
-        access_count = s.access_count + a.access_count,
-        importance = greatest(s.importance, a.importance),
-        confidence = greatest(s.confidence, a.confidence),
-        last_accessed_at = greatest(s.last_accessed_at, a.last_accessed_at),
-        tags = s.tags || ARRAY(SELECT x FROM unnest(a.tags) AS x WHERE x <> ALL(s.tags))
+    UPDATE memories s SET %(fold)s
     FROM sums a
     WHERE s.id = a.survivor  -- only survivors it changes, known before looking them up
       AND (a.access_count <> 0 OR a.importance > a.s_importance
@@ -94,6 +89,17 @@ _PLAN = """SELECT p.* FROM unnest(CAST(:losers AS uuid[]), CAST(:survivors AS uu
                              CAST(:scores AS float8[])) AS p(loser, survivor, score)"""
 
 
+def fold(tags: str = "a.tags") -> str:
+    """The SET list folding what survivor ``s`` absorbs (aggregates ``a``; ``tags``, the
+    losers' tags as an array) into it: summed access counts, the highest importance,
+    confidence and last access, the union of tags."""
+    return f"""access_count = s.access_count + a.access_count,
+        importance = greatest(s.importance, a.importance),
+        confidence = greatest(s.confidence, a.confidence),
+        last_accessed_at = greatest(s.last_accessed_at, a.last_accessed_at),
+        tags = s.tags || ARRAY(SELECT x FROM unnest({tags}) AS x WHERE x <> ALL(s.tags))"""
+
+
 def merge_planned(session: Session, ctx: JobContext, plan_sql: str,
                   params: Mapping[str, Any], reason: str, still_valid: str = "TRUE", *,
                   prelude: str = "", report: str = "") -> Any:
@@ -106,7 +112,7 @@ def merge_planned(session: Session, ctx: JobContext, plan_sql: str,
     and ``merged`` (memories moved)."""
     statement = text(_MERGE % {"prelude": prelude, "plan": plan_sql,
                                "protected": protected("l"), "still_valid": still_valid,
-                               "move": MOVE_GONE, "report": report})
+                               "move": MOVE_GONE, "report": report, "fold": fold()})
     return session.execute(statement, {**params, "reason": reason,
                                        "run_id": ctx.run_id}).one()
 

@@ -86,12 +86,12 @@ def run_job(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
 
 def run_to_completion(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
                       dry_run: bool = False, params: Mapping[str, Any] | None = None,
-                      llm: LLM | None = None) -> RunRecord:
+                      llm: LLM | None = None, time_budget_s: float | None = None) -> RunRecord:
     """Run ``job_name`` again and again until a run completes (or is not ok): what a
     one-off caller wants, where a Celery task would enqueue a follow-up instead."""
     while True:
         record = run_job(store, job_name, agent_id=agent_id, dry_run=dry_run,
-                         params=params, llm=llm)
+                         params=params, time_budget_s=time_budget_s, llm=llm)
         if record.status != "ok" or record.complete:
             return record
 
