@@ -25,11 +25,7 @@ from memoryd.errors import LLMUnavailable, ValidationError
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.maintenance import run_job
 from memoryd.memory.maintenance.compact_sessions import SUMMARY_PREFIX
-from memoryd.memory.maintenance.repair_phases import (
-    TRUNCATION_MARKER,
-    sort_by_ts,
-    truncate_text,
-)
+from memoryd.memory.maintenance.repair_phases import TRUNCATION_MARKER
 from memoryd.memory.store import MemoryStore
 from memoryd.memory.writes import content_hash
 
@@ -346,13 +342,6 @@ def test_phase_5_restores_timestamp_order(store: MemoryStore) -> None:
     assert _ids(store, "s5") == [a, b, c]
 
 
-def test_sort_is_stable_and_keeps_unreadable_timestamps_with_their_predecessor() -> None:
-    refs = [{"id": "1", "ts": "2026-01-01T10:00:00+00:00"}, {"id": "2", "ts": "garbage"},
-            {"id": "3", "ts": "2026-01-01T09:00:00Z"}, {"id": "4", "ts": "2026-01-01T09:00:00"}]
-    ordered, moved = sort_by_ts(refs)
-    assert [r["id"] for r in ordered] == ["3", "4", "1", "2"] and moved == 4
-
-
 def test_phase_6_truncates_oversized_messages_and_keeps_the_full_text(
         store: MemoryStore) -> None:
     a = _put(store, "Short question?")
@@ -386,12 +375,6 @@ def test_phase_6_default_limit_is_500_kb(store: MemoryStore) -> None:
                   id=big) <= 512_000
     assert _count(store, "SELECT length(data->>'content') FROM evicted_memories "
                   "WHERE memory_id = :m", m=big) == 600_000
-
-
-def test_truncate_text_respects_utf8_boundaries() -> None:
-    cut = truncate_text("é" * 2000, 1024)
-    assert len(cut.encode()) <= 1024 and cut.endswith(TRUNCATION_MARKER)
-    assert cut.startswith("é")
 
 
 def test_phase_7_fixes_the_count_and_leaves_healthy_sessions_alone(
