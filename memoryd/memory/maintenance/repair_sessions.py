@@ -48,6 +48,8 @@ from memoryd.memory.rows import STORED_COLUMNS
 
 @dataclass
 class _Merge:
+    """Phase 3 planned: a run's texts joined into its first memory, the others evicted."""
+
     first: str
     others: list[str]
     expected: dict[str, str]  # id -> content_hash when planned; anything else: skip
@@ -63,6 +65,8 @@ def without_merged(refs: Sequence[dict[str, Any]], merges: Sequence[_Merge]) -> 
 
 @dataclass
 class _Truncation:
+    """Phase 6 planned: a memory's text cut to the limit, the full text kept aside."""
+
     memory_id: str
     expected_hash: str  # after any merge of the same memory in this plan
     content: str
@@ -72,6 +76,8 @@ class _Truncation:
 
 @dataclass
 class _Counts:
+    """What a repair changed, by kind (the job's stats)."""
+
     missing_id: int = 0
     duplicates: int = 0
     merged: int = 0  # memories merged into their predecessor (moved to evicted_memories)
@@ -93,6 +99,8 @@ class _Counts:
 
 @dataclass
 class _Plan:
+    """One session's repair, planned outside any transaction."""
+
     row: SessionRow  # the session as read
     refs: list[dict[str, Any]]  # after phases 1, 2, 4 and 5
     counts: _Counts
@@ -111,6 +119,8 @@ class _Plan:
 
 @dataclass
 class _RepairTotals:
+    """A run's counts over all the sessions it checked."""
+
     counts: _Counts = field(default_factory=_Counts)
     sessions_checked: int = 0
     sessions_repaired: int = 0
