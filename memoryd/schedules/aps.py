@@ -33,13 +33,11 @@ _APS_WEEKDAY_ORDER = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 def cron_trigger(entry: ScheduleEntry, timezone: str) -> Any:
     """The entry's cron as a ``CronTrigger`` firing at wall-clock times in ``timezone``."""
     cron = entry.parsed()
-    sets = cron.expand()
+    fields = cron.spelled_out()
     return CronTrigger(
-        minute=_field(cron.minute, sets.minute),
-        hour=_field(cron.hour, sets.hour),
-        day=_field(cron.day_of_month, sets.day_of_month),
-        month=_field(cron.month_of_year, sets.month_of_year),
-        day_of_week=_weekdays(cron.day_of_week, sets.day_of_week),
+        minute=fields["minute"], hour=fields["hour"], day=fields["day_of_month"],
+        month=fields["month_of_year"],
+        day_of_week=_weekdays(cron.day_of_week, cron.expand().day_of_week),
         timezone=timezone,
     )
 
@@ -80,10 +78,6 @@ def build_scheduler(settings: Settings, run_job: Callable[[str], object], *,
     scheduler = factory(timezone=settings.timezone)
     add_jobs(scheduler, settings, run_job)
     return scheduler
-
-
-def _field(raw: str, values: frozenset[int]) -> str:
-    return "*" if raw == "*" else ",".join(str(value) for value in sorted(values))
 
 
 def _weekdays(raw: str, cron_days: frozenset[int]) -> str:

@@ -34,15 +34,7 @@ def to_crontab(entry: ScheduleEntry) -> crontab:
     Celery rejects ``7`` for Sunday and ``N/step``, which cron (and memoryd)
     accept. Celery's weekday numbering (0 = Sunday) matches cron's.
     """
-    cron = entry.parsed()
-    sets = cron.expand()
-    return crontab(
-        minute=_field(cron.minute, sets.minute),
-        hour=_field(cron.hour, sets.hour),
-        day_of_month=_field(cron.day_of_month, sets.day_of_month),
-        month_of_year=_field(cron.month_of_year, sets.month_of_year),
-        day_of_week=_field(cron.day_of_week, sets.day_of_week),
-    )
+    return crontab(**entry.parsed().spelled_out())
 
 
 def _beat_entry(entry: ScheduleEntry) -> dict[str, Any]:
@@ -52,6 +44,3 @@ def _beat_entry(entry: ScheduleEntry) -> dict[str, Any]:
         "options": {"queue": QUEUE, "expires": entry.expires_s},
     }
 
-
-def _field(raw: str, values: frozenset[int]) -> str:
-    return "*" if raw == "*" else ",".join(str(value) for value in sorted(values))

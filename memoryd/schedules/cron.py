@@ -65,6 +65,14 @@ class Cron:
             _expand_field(getattr(self, field), low, high) for field, low, high in _FIELDS)
         return CronSets(minute, hour, dom, month, frozenset(day % 7 for day in dow))
 
+    def spelled_out(self) -> dict[str, str]:
+        """Each field (by its name here, which Celery's ``crontab`` shares) as ``*`` or
+        the explicit list of its values: the form the schedulers cannot misread."""
+        sets = self.expand()
+        return {field: "*" if getattr(self, field) == "*"
+                else ",".join(str(value) for value in sorted(getattr(sets, field)))
+                for field, _, _ in _FIELDS}
+
 
 def parse_cron(expr: str, name: str = "schedule") -> Cron:
     """Parse ``expr`` or raise ``ConfigError`` naming ``name`` and the bad field."""
