@@ -43,4 +43,3 @@ def _beat_entry(entry: ScheduleEntry) -> dict[str, Any]:
         "schedule": to_crontab(entry),
         "options": {"queue": QUEUE, "expires": entry.expires_s},
     }
-
