@@ -84,12 +84,13 @@ def bare_statement(job: str) -> str:
     row count (an UPDATE) or a single count (the moves)."""
     from memoryd.memory.maintenance import consolidate, evict, expire
     from memoryd.memory.maintenance.evicting import GONE, move_gone
-    from memoryd.memory.maintenance.merging import fold
     from memoryd.memory.maintenance.sql import protected
 
     moved = "SELECT count(*) FROM moved"
     if job == "consolidate":
         return f"UPDATE memories m SET {consolidate.DECAY} WHERE {consolidate.eligible('TRUE')}"
+    if job == "deduplicate":
+        return _bare_deduplicate()
     if job == "evict":
         return f"""
 WITH gone AS (
@@ -98,13 +99,20 @@ WITH gone AS (
     {GONE}, CASE WHEN {evict.AGE} THEN 'age' ELSE 'low_confidence' END AS reason
 ), {move_gone("gone.reason")}
 {moved}"""
-    if job == "expire":
-        return f"""
+    return f"""
 WITH gone AS (
     DELETE FROM memories m WHERE {expire.EXPIRED} AND NOT {protected()}
     {GONE}
 ), {move_gone("'expired'")}
 {moved}"""
+
+
+def _bare_deduplicate() -> str:
+    """Every duplicate group merged at once, with memoryd's fold and move."""
+    from memoryd.memory.maintenance.evicting import GONE, move_gone
+    from memoryd.memory.maintenance.merging import fold
+    from memoryd.memory.maintenance.sql import protected
+
     return f"""
 WITH ranked AS (
     SELECT m.id, {protected()} AS protected,
@@ -137,7 +145,7 @@ WITH ranked AS (
 ), gone AS (
     DELETE FROM memories m USING p WHERE m.id = p.loser {GONE}
 ), {move_gone("'duplicate'")}
-{moved}"""
+SELECT count(*) FROM moved"""
 
 
 def bare_params() -> dict[str, Any]:
