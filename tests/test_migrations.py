@@ -266,7 +266,7 @@ def _norm_hashes(engine: Engine) -> dict[str, Any]:
 
 def test_upgrade_from_0003_computes_the_normalized_hash_of_existing_rows(
         fresh_db: Any) -> None:
-    from memoryd.memory.maintenance.dedup import normalized
+    from memoryd.memory.maintenance.deduplicate import normalized
 
     _, engine = fresh_db()
     migrations.upgrade(engine, "0003")

@@ -22,8 +22,9 @@ from typing import IO
 import psutil
 import pytest
 
-from memoryd.config import JOBS, Settings
+from memoryd.config import Settings
 from memoryd.embedded._proc import free_port, port_open
+from memoryd.schedules.names import JOB_NAMES as JOBS
 
 pytestmark = pytest.mark.slow
 

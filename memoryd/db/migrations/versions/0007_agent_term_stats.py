@@ -4,7 +4,7 @@ Recall weighs each query stem by its inverse document frequency among the agent'
 memories. For an agent above 2,000 memories it estimated the frequencies on a sample of
 1,000 of them at every recall, a large part of the keyword query. The ``index_agents``
 job now counts them over all of the agent's memories, hourly, for the agents it
-indexes (``maintenance.agent_indexes``):
+indexes (``maintenance.index_agents``):
 
 - ``agent_term_stats``: one row per such agent, with the number of memories counted;
 - ``agent_terms``: the lexemes held by more than 0.2 % of them (rarer ones are "rare"
