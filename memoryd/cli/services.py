@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import threading
 from typing import Any
@@ -83,7 +84,7 @@ def _run(_args: argparse.Namespace) -> int:
     from memoryd.config import get_settings
     from memoryd.db.engine import get_engine
     from memoryd.db.migrate import upgrade
-    from memoryd.memory.maintenance import run_job
+    from memoryd.memory.maintenance import run_to_completion
     from memoryd.memory.store import MemoryStore
     from memoryd.schedules.aps import build_scheduler
 
@@ -91,16 +92,12 @@ def _run(_args: argparse.Namespace) -> int:
     store = MemoryStore(engine=get_engine())
     upgrade(store.engine)
 
-    def run_scheduled(job: str) -> None:
-        record = run_job(store, job)
-        while record.status == "ok" and not record.complete:
-            record = run_job(store, job)
-
     # Handlers first: a SIGTERM right after start-up must stop the scheduler cleanly too.
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    scheduler = build_scheduler(settings, run_scheduled, blocking=False)
+    scheduler = build_scheduler(settings, functools.partial(run_to_completion, store),
+                                blocking=False)
     scheduler.start()
     jobs = scheduler.get_jobs()
     log.info("scheduler.started", jobs=len(jobs), timezone=settings.timezone)
