@@ -111,6 +111,7 @@ def _last_runs() -> list[dict[str, Any]]:
 
 def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
     """Workers that answer a ping, and how many messages wait in each queue."""
+    from memoryd.celery_config import QUEUES
     from memoryd.worker import app
 
     view: dict[str, Any] = {"workers": [], "queues": {}}
@@ -119,7 +120,7 @@ def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
         view["workers"] = sorted(name for reply in replies for name in reply)
         with app.connection_for_read() as conn:
             client = conn.default_channel.client
-            for queue in ("memory", "maintenance"):
+            for queue in QUEUES:
                 view["queues"][queue] = int(client.llen(queue))
     except Exception as exc:  # an unreachable broker is a status, not a crash
         view["error"] = f"broker unreachable: {type(exc).__name__}"

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from celery.schedules import crontab
 
-from memoryd.schedules.table import QUEUE, ScheduleEntry, effective_schedule
+from memoryd.celery_config import MAINTENANCE_QUEUE
+from memoryd.schedules.table import ScheduleEntry, effective_schedule
 
 if TYPE_CHECKING:
     from memoryd.config import Settings
@@ -41,5 +42,5 @@ def _beat_entry(entry: ScheduleEntry) -> dict[str, Any]:
     return {
         "task": entry.task_name,
         "schedule": to_crontab(entry),
-        "options": {"queue": QUEUE, "expires": entry.expires_s},
+        "options": {"queue": MAINTENANCE_QUEUE, "expires": entry.expires_s},
     }

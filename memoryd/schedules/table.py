@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+from memoryd.celery_config import MAINTENANCE_TASK_PREFIX
 from memoryd.errors import ConfigError
 from memoryd.memory.maintenance.compact_sessions import compact_sessions
 from memoryd.memory.maintenance.consolidate import consolidate
@@ -34,8 +35,6 @@ from memoryd.schedules.cron import Cron, parse_cron
 if TYPE_CHECKING:
     from memoryd.config import Settings
 
-TASK_PREFIX = "memoryd.maintenance."
-QUEUE = "maintenance"
 OFF = "off"
 ENV_PREFIX = "MEMORYD_SCHEDULE_"
 
@@ -62,7 +61,7 @@ class ScheduleEntry:
     @property
     def task_name(self) -> str:
         """The Celery task this entry sends (and the name workers register)."""
-        return f"{TASK_PREFIX}{self.job}"
+        return f"{MAINTENANCE_TASK_PREFIX}{self.job}"
 
     def parsed(self) -> Cron:
         """The cron string, parsed (it was validated when the entry was built)."""
