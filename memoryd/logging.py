@@ -1,18 +1,23 @@
 """structlog, configured once per process.
 
-JSON lines when stderr is not a terminal (workers under a supervisor), a
-readable console otherwise. The standard library's loggers (Celery, kombu,
-SQLAlchemy) are routed through the same processors. Context bound with
-``bind_contextvars`` (task id, task name, agent id) appears on every line.
+JSON lines when stderr is not a terminal (workers under a supervisor, containers), a
+readable console otherwise: the children of ``memoryd up`` inherit its terminal, so
+they choose the same way. The standard library's loggers (Celery, kombu, SQLAlchemy)
+are routed through the same processors; the chatty ones are kept at WARNING. Context
+bound with ``bind_contextvars`` (task id, task name, agent id) appears on every line.
 Memory content and secrets never reach a log line in full.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import re
 import sys
+import sysconfig
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
@@ -23,6 +28,24 @@ _CONTENT_KEYS = {"content", "query", "text", "prompt", "messages"}
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
 MAX_VALUE_CHARS = 200
 MAX_EVENT_CHARS = 500  # third-party messages may embed payloads (task bodies, results)
+# Loggers that report their internals at INFO; kept at WARNING (at least) whatever the
+# level asked for, so that --log-level INFO shows memoryd's own events.
+NOISY_LOGGERS: dict[str, int] = {
+    "sqlalchemy.engine": logging.WARNING,
+    "alembic": logging.WARNING,
+    "httpx": logging.WARNING,
+    "kombu": logging.WARNING,
+    "amqp": logging.WARNING,
+    "urllib3": logging.WARNING,
+    "onnxruntime": logging.WARNING,
+    "onnx": logging.WARNING,
+    # Deriving the int8 model advises the model's author ("consider pre-processing"),
+    # not the operator: a fixed recipe runs on a fixed model.
+    "onnxruntime.quantization": logging.ERROR,
+    "celery.bootsteps": logging.WARNING,
+    "celery.worker.consumer.mingle": logging.WARNING,
+    "celery.worker.consumer.gossip": logging.WARNING,
+}
 _configured = False
 
 
@@ -52,16 +75,69 @@ def _shared_processors() -> list[Any]:
     ]
 
 
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(sorted({str(Path(paths[key]).resolve()) for key in ("purelib", "platlib")},
+                        key=len, reverse=True))
+
+
+@functools.cache
+def _module_name(pathname: str) -> str | None:
+    """The dotted module name of an installed library's file, or None."""
+    path = str(Path(pathname).resolve())
+    for root in _library_roots():
+        if path.startswith(root + "/"):
+            return path[len(root) + 1:].removesuffix(".py").replace("/", ".")
+    return None
+
+
+class _NameRootRecords(logging.Filter):
+    """Some libraries (onnxruntime's quantization) log with ``logging.info(...)``, i.e.
+    through the root logger: such a record is named after the module that logged it and
+    held to that logger's level, so it can be kept quiet like any other."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "root":
+            return True
+        module = _module_name(record.pathname)
+        if module is None:
+            return True
+        record.name = module
+        return record.levelno >= logging.getLogger(module).getEffectiveLevel()
+
+
+class _LineHandler(logging.StreamHandler[TextIO]):
+    """Writes each record as a whole line after flushing stdout: a command's printed
+    output and its log lines keep their order when both reach the same file or pipe."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is not sys.stdout:
+            # Closed or gone: the log line still goes out.
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                sys.stdout.flush()
+        super().emit(record)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def configure(level: str = "INFO", *, json: bool | None = None, force: bool = False,
               stream: TextIO | None = None) -> None:
-    """Configure structlog and the stdlib root logger; idempotent unless ``force``."""
+    """Configure structlog and the stdlib root logger; idempotent unless ``force``.
+
+    ``json=None``: JSON lines unless ``stream`` (default stderr) is a terminal."""
     global _configured  # noqa: PLW0603 - configure-once flag
     if _configured and not force:
         return
     out = stream or sys.stderr
-    use_json = (not out.isatty()) if json is None else json
+    use_json = (not _is_terminal(out)) if json is None else json
     renderer: Any = (structlog.processors.JSONRenderer() if use_json
-                     else structlog.dev.ConsoleRenderer(colors=False))
+                     else structlog.dev.ConsoleRenderer(colors=_is_terminal(out)))
     structlog.configure(
         processors=[*_shared_processors(), structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
@@ -73,13 +149,14 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info, renderer],
     )
-    handler = logging.StreamHandler(out)
+    handler = _LineHandler(out)
     handler.setFormatter(formatter)
+    handler.addFilter(_NameRootRecords())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("sqlalchemy.engine", "alembic", "httpx", "kombu"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    for name, floor in NOISY_LOGGERS.items():
+        logging.getLogger(name).setLevel(max(floor, root.level))
     _configured = True
 
 

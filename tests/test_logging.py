@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
+import os
+import pty
+import re
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -65,3 +74,96 @@ def test_worker_does_not_log_task_results() -> None:
 
     signals._setup_logging(loglevel="INFO")
     assert "return_value" not in trace.LOG_SUCCESS
+
+
+# --- where the lines go: a terminal or a pipe, and what is kept quiet ------------------
+
+def _python(code: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, text=True,
+                          stdin=subprocess.DEVNULL, timeout=120, check=True, **kwargs)
+
+
+_LOG_HELLO = """
+    import structlog
+    from memoryd import logging as mlog
+    mlog.configure()
+    structlog.get_logger("memoryd.test").info("hello", answer=42)
+"""
+
+
+def test_console_lines_on_a_terminal_and_json_on_a_pipe() -> None:
+    # A terminal: the child writes to a pty, as memoryd up's children inherit the user's.
+    leader, follower = pty.openpty()
+    try:
+        _python(_LOG_HELLO, stdout=subprocess.DEVNULL, stderr=follower)
+        os.close(follower)
+        follower = -1
+        written = b""
+        with contextlib.suppress(OSError):  # EIO once the child's side is closed
+            while chunk := os.read(leader, 4096):
+                written += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", written.decode())  # colours on a terminal
+    assert "hello" in text and "answer=42" in text and "[memoryd.test]" in text
+    assert not text.lstrip().startswith("{")
+
+    piped = _python(_LOG_HELLO, capture_output=True)
+    line = json.loads(piped.stderr)
+    assert line["event"] == "hello" and line["answer"] == 42 and line["level"] == "info"
+
+
+def test_printed_output_and_log_lines_keep_their_order_in_one_pipe() -> None:
+    # `memoryd jobs run ... 2>&1 | less`: stdout is block-buffered on a pipe, stderr is not.
+    done = _python("""
+        import structlog
+        from memoryd import logging as mlog
+        mlog.configure()
+        print("a table row", end="\\n")
+        structlog.get_logger("memoryd.test").info("after the table")
+        print("the last line")
+    """, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "a table row"
+    assert json.loads(lines[1])["event"] == "after the table"
+    assert lines[2] == "the last line"
+
+
+def test_third_party_chatter_is_kept_at_warning(json_logs: io.StringIO) -> None:
+    from onnxruntime.quantization import onnx_quantizer
+
+    mlog.configure(level="INFO", json=True, force=True, stream=json_logs)
+    for name in ("kombu.connection", "amqp", "celery.worker.consumer.mingle",
+                 "onnxruntime", "sqlalchemy.engine.Engine"):
+        logging.getLogger(name).info("internal detail")
+    # onnxruntime's quantization logs through the root logger (logging.info(...)).
+    for level in (logging.INFO, logging.WARNING, logging.ERROR):
+        logging.getLogger().handle(logging.LogRecord(
+            "root", level, onnx_quantizer.__file__, 1, "quantizer says %s", ("hi",), None))
+    logging.getLogger("memoryd.test").info("ours")
+    logging.getLogger("kombu").warning("a real problem")
+    logging.getLogger().info("the root logger from our own code")
+    events = [(line["logger"], line["event"]) for line in _lines(json_logs)]
+    assert events == [
+        ("onnxruntime.quantization.onnx_quantizer", "quantizer says hi"),  # the ERROR
+        ("memoryd.test", "ours"),
+        ("kombu", "a real problem"),
+        ("root", "the root logger from our own code"),
+    ]
+
+
+def test_deriving_the_int8_model_logs_nothing(tmp_path: Path) -> None:
+    """Once per data directory, on the first start of the memory workers: it used to
+    print some forty lines per worker process."""
+    done = _python(f"""
+        from pathlib import Path
+        from memoryd import logging as mlog
+        from memoryd.memory.embeddings import model_file
+        mlog.configure(level="INFO")
+        print(model_file(int8=True, cache_dir=Path({str(tmp_path)!r})))
+    """, capture_output=True)
+    assert Path(done.stdout.strip()).exists()
+    assert done.stderr == ""
