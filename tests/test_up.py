@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +25,7 @@ import psutil
 import pytest
 
 from memoryd.config import Settings
-from memoryd.embedded._proc import free_port, port_open
+from memoryd.embedded._proc import SERVICE_USER, free_port, port_open
 from memoryd.schedules.names import JOB_NAMES as JOBS
 
 pytestmark = pytest.mark.slow
@@ -74,6 +76,15 @@ class _Lines:
         line = self.lines.get(timeout=timeout)
         self.seen.append(line)
         return line
+
+
+def _reap(proc: subprocess.Popen[str]) -> None:
+    """Kill what a failed test left running, and close its pipe."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 @pytest.fixture
@@ -141,8 +152,20 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
                 time.sleep(0.5)
         assert status == 200
 
+        # The "Try:" hint works as printed, from a shell where the venv is not active.
+        hint = re.search(r"^Try:  (.+ store agent-1 .+)$", log_path.read_text(), re.MULTILINE)
+        assert hint, log_path.read_text()[-4000:]
+        shell = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")}
+        tried = subprocess.run(["bash", "-c", hint.group(1)], env=shell, capture_output=True,
+                               text=True, timeout=120, check=False)
+        assert re.fullmatch(r"stored [0-9a-f-]{36}\n", tried.stdout), (hint.group(1), tried)
+
         recorded = set(runtime["children"].values()) | {up.pid}
         assert len(_processes_of(up_dir, set())) >= 6  # 2 workers + pools, beat, flower, ...
+        if os.geteuid() == 0:  # as root, the children run as the service user, like postgres
+            service_uid = pwd.getpwnam(SERVICE_USER).pw_uid
+            for pid in runtime["children"].values():
+                assert psutil.Process(pid).uids().real == service_uid
 
         # Ctrl-C in a terminal: SIGINT to the whole foreground process group.
         os.killpg(up.pid, signal.SIGINT)
@@ -154,6 +177,14 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         time.sleep(0.5)
         left = _processes_of(up_dir, recorded)
         assert left == [], [(p.pid, p.cmdline()) for p in left]
+
+        # A first start, quiet: no banners, no quantization chatter (the int8 model was
+        # derived in this data dir), no superuser warnings.
+        output = log_path.read_text()
+        for noise in ("[tasks]", "Quantization parameters", "pre-processing",
+                      "superuser privileges", "Warning"):
+            assert noise not in output, noise
+        assert (up_dir / "models").is_dir() and any((up_dir / "models").iterdir())
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
@@ -255,8 +286,47 @@ def test_run_lists_the_schedule_and_stops_on_sigterm(service_env: dict[str, str]
         run.send_signal(signal.SIGTERM)
         assert run.wait(30) == 0
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-        if run.stdout is not None:
-            run.stdout.close()
+        _reap(run)
+
+
+def _postgres_of(data_dir: Path) -> list[psutil.Process]:
+    return [p for p in _processes_of(data_dir, set()) if "postgres" in " ".join(p.cmdline())]
+
+
+def test_run_and_one_off_commands_stop_the_embedded_postgres_they_use(up_dir: Path) -> None:
+    """The last memoryd process using the embedded PostgreSQL stops it: a one-off command
+    that started it, or ``memoryd run`` on Ctrl-C; never from under another user."""
+    env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    env.pop("XDG_RUNTIME_DIR", None)  # platformdirs would warn on every command
+
+    def migrate() -> None:
+        done = subprocess.run([sys.executable, "-m", "memoryd", "migrate"], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=START_TIMEOUT_S, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("database at revision")
+        assert "Warning" not in done.stderr, done.stderr
+
+    migrate()  # initdb, start, migrate: then stopped again, nothing else uses it
+    assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
+    assert _postgres_of(up_dir) == []
+
+    run = subprocess.Popen([sys.executable, "-m", "memoryd", "run"], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert run.stdout is not None
+        _Lines(run.stdout).next(timeout=START_TIMEOUT_S)  # the schedule: it is running
+        serving = _postgres_of(up_dir)
+        assert serving
+
+        migrate()  # meanwhile: memoryd run still uses the server, so it stays up
+        assert {p.pid for p in _postgres_of(up_dir)} >= {p.pid for p in serving}
+
+        os.killpg(run.pid, signal.SIGINT)  # Ctrl-C in a terminal
+        assert run.wait(STOP_TIMEOUT_S) == 0
+        time.sleep(0.5)
+        left = _processes_of(up_dir, {run.pid})
+        assert left == [], [(p.pid, p.cmdline()) for p in left]
+    finally:
+        _reap(run)

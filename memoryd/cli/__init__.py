@@ -37,7 +37,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        _release_embedded()
     return result
+
+
+def _release_embedded() -> None:
+    """Stop using the embedded PostgreSQL, if this command used it: the last user stops
+    it, so no command leaves a server behind that nothing uses."""
+    postgres = sys.modules.get("memoryd.embedded.postgres")
+    if postgres is not None:  # never imported: never used
+        postgres.release_used()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,9 +26,11 @@ def register(commands: Any) -> None:
     worker.add_argument("--concurrency", type=int, default=None)
     worker.add_argument("--no-migrate", action="store_true",
                         help="do not apply migrations at start-up")
+    worker.add_argument("--quiet", action="store_true", help="no start-up banner")
     worker.set_defaults(handler=_worker)
 
     beat = commands.add_parser("beat", help="run Celery beat (the maintenance schedule)")
+    beat.add_argument("--quiet", action="store_true", help="no start-up banner")
     beat.set_defaults(handler=_beat)
 
     run = commands.add_parser("run", help="single node without a broker: run the schedule "
@@ -64,7 +66,7 @@ def _worker(args: argparse.Namespace) -> int:
             f"--loglevel={args.log_level}"]
     if args.concurrency:
         argv.append(f"--concurrency={args.concurrency}")
-    app.worker_main(argv)
+    app.start(["--quiet", *argv] if args.quiet else argv)
     return 0
 
 
@@ -74,8 +76,9 @@ def _beat(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app.start(["beat", f"--loglevel={args.log_level}",
-               f"--schedule={settings.data_dir / 'celerybeat-schedule'}"])
+    argv = ["beat", f"--loglevel={args.log_level}",
+            f"--schedule={settings.data_dir / 'celerybeat-schedule'}"]
+    app.start(["--quiet", *argv] if args.quiet else argv)
     return 0
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +24,14 @@ from typing import TYPE_CHECKING
 import structlog
 
 from memoryd.config import get_settings
+from memoryd.embedded._proc import (
+    SERVICE_USER,
+    hand_over,
+    hand_over_tree,
+    run_as_service_user,
+    running_as_root,
+    service_user,
+)
 from memoryd.errors import EmbeddedServiceError
 
 if TYPE_CHECKING:
@@ -41,6 +51,7 @@ class Stack:
     # Set before they start, so whatever got started is stopped whatever fails later.
     _postgres: EmbeddedPostgres | None = None
     _redis: EmbeddedRedis | None = None
+    _run_as: dict[str, object] = field(default_factory=dict)  # as root: the service user
 
     def run(self) -> int:
         settings = get_settings()
@@ -50,8 +61,12 @@ class Stack:
         try:
             database_url = self._database()
             broker_url = self._broker()
+            self._run_as = self._service_account()
             env = {**os.environ, "MEMORYD_DATABASE_URL": database_url,
-                   "MEMORYD_BROKER_URL": broker_url}
+                   "MEMORYD_BROKER_URL": broker_url,
+                   "MEMORYD_DATA_DIR": str(settings.data_dir)}
+            if self._run_as:
+                env["HOME"] = str(settings.data_dir / "home")
             self._migrate(env)
             self._start_children(env)
             self._write_runtime(runtime, database_url, broker_url)
@@ -62,8 +77,8 @@ class Stack:
             runtime.unlink(missing_ok=True)
             if self._redis is not None:
                 self._redis.stop()
-            if self._postgres is not None and self._postgres.started_here:
-                self._postgres.stop()
+            if self._postgres is not None:
+                self._postgres.release()  # stopped unless another memoryd command uses it
         return 0
 
     # --- services -------------------------------------------------------------
@@ -74,7 +89,7 @@ class Stack:
         from memoryd.embedded.postgres import EmbeddedPostgres
 
         self._postgres = EmbeddedPostgres.from_settings()
-        return self._postgres.ensure_running()
+        return self._postgres.use()
 
     def _broker(self) -> str:
         settings = get_settings()
@@ -85,27 +100,57 @@ class Stack:
         self._redis = EmbeddedRedis(settings.data_dir / "redis", settings.embedded_redis_port)
         return self._redis.start()
 
+    def _service_account(self) -> dict[str, object]:
+        """As root, the children run as the service user the embedded PostgreSQL runs as
+        (Celery warns about workers with superuser rights, and they need none): it gets
+        the data directory's top level, the model cache, the beat schedule and a home of
+        its own (onnxruntime keeps a file under it)."""
+        if not running_as_root():
+            return {}
+        user = service_user()
+        data_dir = get_settings().data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        hand_over(data_dir, user)
+        for sub in ("models", "home"):
+            (data_dir / sub).mkdir(exist_ok=True)
+            hand_over_tree(data_dir / sub, user)
+        for schedule in data_dir.glob("celerybeat-schedule*"):
+            os.chown(schedule, user.pw_uid, user.pw_gid)
+        return run_as_service_user()
+
     def _migrate(self, env: dict[str, str]) -> None:
-        subprocess.run([sys.executable, "-m", "memoryd", "migrate"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        # The first child run as the service user: if it cannot read this Python
+        # environment, say so before the workers fail one by one.
+        done = subprocess.run([sys.executable, "-m", "memoryd", "migrate"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              check=False, **self._run_as)  # type: ignore[call-overload]
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr)
+            hint = (f" (run as the {SERVICE_USER!r} user: it must be able to read "
+                    f"{sys.prefix} and memoryd's files; or run memoryd up as a normal user)"
+                    if self._run_as else "")
+            raise EmbeddedServiceError(f"migrations failed{hint}")
 
     def _commands(self) -> dict[str, list[str]]:
+        # Quiet: no start-up banners (the summary printed once all is up replaces them).
         py = [sys.executable, "-m", "memoryd", "--log-level", self.log_level]
         commands = {
             "worker-memory": [*py, "worker", "--queues", "memory", "--concurrency", "2",
-                              "--no-migrate"],
+                              "--no-migrate", "--quiet"],
             "worker-maintenance": [*py, "worker", "--queues", "maintenance",
-                                   "--concurrency", "1", "--no-migrate"],
-            "beat": [*py, "beat"],
+                                   "--concurrency", "1", "--no-migrate", "--quiet"],
+            "beat": [*py, "beat", "--quiet"],
         }
         if self.flower_port:
             commands["flower"] = [sys.executable, "-m", "celery", "-A", "memoryd.worker",
-                                  "flower", "--address=127.0.0.1", f"--port={self.flower_port}"]
+                                  "--quiet", "flower", "--address=127.0.0.1",
+                                  f"--port={self.flower_port}", "--logging=error"]
         return commands
 
     def _start_children(self, env: dict[str, str]) -> None:
         for name, command in self._commands().items():
-            self.children[name] = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL)
+            self.children[name] = subprocess.Popen(  # type: ignore[call-overload]
+                command, env=env, stdin=subprocess.DEVNULL, **self._run_as)
             log.info("up.started", process=name, pid=self.children[name].pid)
 
     def _write_runtime(self, path: Path, database_url: str, broker_url: str) -> None:
@@ -117,13 +162,14 @@ class Stack:
         }, indent=2))
 
     def _announce(self, database_url: str, broker_url: str) -> None:
-        lines = ["", "memoryd is up:", f"  database   {database_url}",
-                 f"  broker     {broker_url}"]
+        lines = ["", "memoryd is up:", f"  {'database':<18} {database_url}",
+                 f"  {'broker':<18} {broker_url}"]
         if self.flower_port:
-            lines.append(f"  flower     http://127.0.0.1:{self.flower_port}")
-        lines += [f"  {name:<10} pid {proc.pid}" for name, proc in self.children.items()]
-        lines += ["", "Try:  memoryd store agent-1 'User prefers dark mode'",
-                  "      memoryd recall agent-1 'what theme does the user like?'",
+            lines.append(f"  {'flower':<18} http://127.0.0.1:{self.flower_port}")
+        lines += [f"  {name:<18} pid {proc.pid}" for name, proc in self.children.items()]
+        memoryd = command_hint()
+        lines += ["", f"Try:  {memoryd} store agent-1 'User prefers dark mode'",
+                  f"      {memoryd} recall agent-1 'what theme does the user like?'",
                   "Press Ctrl-C to stop.", ""]
         print("\n".join(lines), flush=True)
 
@@ -149,3 +195,24 @@ class Stack:
                 proc.kill()
                 proc.wait()
         self.children.clear()
+
+
+def command_hint() -> str:
+    """How to run ``memoryd`` from another shell, as typed: ``memoryd`` when that is on
+    the PATH, else the script installed beside this interpreter (``./dev up`` does not
+    activate the venv), relative to the working directory when it lies below it."""
+    script = Path(sys.executable).parent / "memoryd"
+    if not script.exists():
+        command = f"{shlex.quote(sys.executable)} -m memoryd"
+    elif shutil.which("memoryd") == str(script):
+        command = "memoryd"
+    else:
+        try:
+            command = str(script.relative_to(Path.cwd()))
+        except ValueError:
+            command = str(script)
+        command = shlex.quote(command)
+    data_dir = os.environ.get("MEMORYD_DATA_DIR")
+    if data_dir:  # another shell finds this stack through its data directory
+        command = f"MEMORYD_DATA_DIR={shlex.quote(data_dir)} {command}"
+    return command

@@ -73,13 +73,15 @@ def _ping_idle_connections(engine: Engine) -> None:
 
 
 def database_url() -> str:
-    """The configured database, or the embedded PostgreSQL (started if needed)."""
+    """The configured database, or the embedded PostgreSQL: started if needed and used
+    by this process until ``memoryd.embedded.postgres.release_used()`` (the ``memoryd``
+    command calls it as it exits; the last user stops the server)."""
     url = get_settings().database_url
     if url:
         return url
-    from memoryd.embedded.postgres import EmbeddedPostgres
+    from memoryd.embedded.postgres import use_default
 
-    return EmbeddedPostgres.from_settings().ensure_running()
+    return use_default()
 
 
 def get_engine() -> Engine:

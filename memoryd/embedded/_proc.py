@@ -70,6 +70,22 @@ def hand_over(path: Path, user: pwd.struct_passwd) -> None:
             parent.chmod(mode | stat.S_IXOTH)
 
 
+def hand_over_tree(root: Path, user: pwd.struct_passwd) -> None:
+    """``hand_over`` ``root`` and everything below it (symbolic links left alone)."""
+    hand_over(root, user)
+    for entry in root.rglob("*"):
+        os.chown(entry, user.pw_uid, user.pw_gid, follow_symlinks=False)
+
+
+def run_as_service_user() -> dict[str, object]:
+    """``subprocess`` arguments that run a child as the service user when memoryd runs
+    as root; none otherwise."""
+    if not running_as_root():
+        return {}
+    user = service_user()
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
 def ensure_readable_tree(root: Path) -> None:
     """Let another user read and execute an installed tree (pip may install 0700)."""
     for entry in [root, *root.rglob("*")]:

