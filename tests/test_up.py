@@ -152,12 +152,12 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
                 time.sleep(0.5)
         assert status == 200
 
-        # The "Try:" hint works as printed, from a shell where the venv is not active.
+        # The "Try:" hint works as printed, from a shell elsewhere without the venv active.
         hint = re.search(r"^Try:  (.+ store agent-1 .+)$", log_path.read_text(), re.MULTILINE)
         assert hint, log_path.read_text()[-4000:]
         shell = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")}
-        tried = subprocess.run(["bash", "-c", hint.group(1)], env=shell, capture_output=True,
-                               text=True, timeout=120, check=False)
+        tried = subprocess.run(["bash", "-c", hint.group(1)], env=shell, cwd="/",
+                               capture_output=True, text=True, timeout=120, check=False)
         assert re.fullmatch(r"stored [0-9a-f-]{36}\n", tried.stdout), (hint.group(1), tried)
 
         recorded = set(runtime["children"].values()) | {up.pid}

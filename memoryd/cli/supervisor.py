@@ -199,19 +199,15 @@ class Stack:
 
 def command_hint() -> str:
     """How to run ``memoryd`` from another shell, as typed: ``memoryd`` when that is on
-    the PATH, else the script installed beside this interpreter (``./dev up`` does not
-    activate the venv), relative to the working directory when it lies below it."""
+    the PATH, else the path of the script installed beside this interpreter (``./dev up``
+    does not activate the venv)."""
     script = Path(sys.executable).parent / "memoryd"
     if not script.exists():
         command = f"{shlex.quote(sys.executable)} -m memoryd"
     elif shutil.which("memoryd") == str(script):
         command = "memoryd"
-    else:
-        try:
-            command = str(script.relative_to(Path.cwd()))
-        except ValueError:
-            command = str(script)
-        command = shlex.quote(command)
+    else:  # absolute: ./dev up runs in the repository, the user's shell may not
+        command = shlex.quote(str(script))
     data_dir = os.environ.get("MEMORYD_DATA_DIR")
     if data_dir:  # another shell finds this stack through its data directory
         command = f"MEMORYD_DATA_DIR={shlex.quote(data_dir)} {command}"
