@@ -119,38 +119,30 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
 
 def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, Any]:
     """Where in-process recall spends its time, each part run alone (recall itself runs
-    the keyword query while the query is embedded): embed, size check, keyword query
-    (which also applies a large agent's settings), vector query (merged with the keyword
-    hits), session context, rank, touch, commit."""
-    from memoryd.memory import keywords
+    the keyword query while the query is embedded): embed, size check (and plan),
+    keyword query (which also applies a large agent's settings), vector query (merged
+    with the keyword hits), session context, rank, touch, commit."""
+    from memoryd.memory import ranking
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
-    from memoryd.memory.store import CANDIDATE_FACTOR
 
     names = ("embed", "size_check", "keywords", "candidates", "context", "rank", "touch",
              "commit")
     parts: dict[str, list[float]] = {name: [] for name in names}
-    k = CANDIDATE_FACTOR * 10
-    ef = max(store.settings.hnsw_ef_search, k)
     for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
         marks = [time.perf_counter()]
         vector = to_pgvector(store.query_embedder.embed([q])[0])
         marks.append(time.perf_counter())
         with store.session() as session:
-            size = store._sizes.size(session, agent)
-            large = size > store.settings.recall_exact_threshold
-            by_index = size > keywords.KEYWORD_SCAN_MAX
-            settings = rc.vector_settings(large_agent=large, ef_search=ef)
+            plan = recall_plan(store, session, agent, q)
             marks.append(time.perf_counter())
-            hits = rc.keyword_candidates(session, agent, q, rc.Filters(), k,
-                                         keyword_index=by_index, settings=settings)
+            hits = rc.keyword_hits(session, plan)
             marks.append(time.perf_counter())
-            found = rc.candidates(session, agent, vector, hits, rc.Filters(), k,
-                                  large_agent=large)
+            found = rc.candidates(session, plan, vector, hits)
             marks.append(time.perf_counter())
             neighbours = rc.session_neighbours(session, agent, found)
             marks.append(time.perf_counter())
-            ranked = store._rank(found, neighbours, keep=10)
+            ranked = ranking.rank(found, neighbours, store.settings, keep=10)
             marks.append(time.perf_counter())
             rc.touch(session, agent, [h.memory.id for h in ranked])
             marks.append(time.perf_counter())
@@ -158,6 +150,14 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
         for name, start, end in zip(names, marks[:-1], marks[1:], strict=True):
             parts[name].append((end - start) * 1000)
     return {name: percentiles(v) for name, v in parts.items()}
+
+
+def recall_plan(store: Any, session: Any, agent: str, query: str, limit: int = 10) -> Any:
+    """The plan ``store.recall`` makes for ``query`` (default filters)."""
+    from memoryd.memory import recall as rc
+
+    return rc.plan(session, store.agent_sizes, agent, query, rc.Filters(),
+                   rc.CANDIDATE_FACTOR * limit, ef_search=store.settings.hnsw_ef_search)
 
 
 def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],
@@ -180,34 +180,27 @@ def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],
 
 def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
     """EXPLAIN ANALYZE of recall's two queries: the plan texts and the indexes used."""
-    from memoryd.memory import keywords
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
-    from memoryd.memory.store import CANDIDATE_FACTOR
 
     vector = to_pgvector(store.query_embedder.embed([query])[0])
-    k = CANDIDATE_FACTOR * 10
     with store.session() as session:
-        size = store._sizes.size(session, agent)
-        large = size > store.settings.recall_exact_threshold
-        by_index = size > keywords.KEYWORD_SCAN_MAX
-        settings = rc.vector_settings(large_agent=large,
-                                      ef_search=max(store.settings.hnsw_ef_search, k))
-        built = rc.keyword_sql(agent, query, rc.Filters(), k, keyword_index=by_index,
-                               settings=settings)
+        plan = recall_plan(store, session, agent, query)
         lines = []
-        if built is not None:
-            lines = [r[0] for r in session.execute(
-                text("EXPLAIN (ANALYZE, BUFFERS) " + built[0]), built[1]).all()]
-        hits = rc.keyword_candidates(session, agent, query, rc.Filters(), k,
-                                     keyword_index=by_index, settings=settings)
-        sql, params = rc.candidate_sql(agent, vector, hits, rc.Filters(), k, large_agent=large)
-        lines += [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql),
-                                                params).all()]
+        if plan.keyword_statement is not None:
+            lines = explain_analyze(session, plan.keyword_statement)
+        hits = rc.keyword_hits(session, plan)
+        lines += explain_analyze(session, plan.candidate_statement(vector, hits))
         session.rollback()
     used = sorted({word.strip('",') for line in lines for word in line.split()
                    if word.startswith(("ix_", "uq_", "memories_pkey"))})
-    return {"large_agent": large, "indexes": used, "plan": lines}
+    return {"large_agent": plan.vector_search == "hnsw", "indexes": used, "plan": lines}
+
+
+def explain_analyze(session: Any, sql: Any) -> list[str]:
+    """The lines of EXPLAIN (ANALYZE, BUFFERS) of ``sql`` (a ``recall_sql.Sql``)."""
+    return [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql.text),
+                                          sql.params).all()]
 
 
 COVERAGE_QUERIES = 100
@@ -222,22 +215,18 @@ def keyword_coverage(store: Any, agent: str, qs: Sequence[str], k: int = 30) -> 
     from memoryd.memory import keywords
     from memoryd.memory import recall as rc
 
-    where = rc.Filters().sql()
-    exhaustive = text(f"""WITH {keywords.large_cte(where)}
-        SELECT (SELECT sum(i.w) FROM idf i WHERE m.tsv @@ i.ex) AS rank
-        FROM memories m, wanted
-        WHERE {keywords.SAME_AGENT} AND {keywords.AGENT_LEXEMES} @@ wanted.any_q AND {where}
-        ORDER BY 1 DESC LIMIT :k""")
+    exhaustive = text(keywords.exhaustive_sql(rc.Filters().sql()))
     shares = []
     for q in progress(qs[:COVERAGE_QUERIES], desc=f"keyword coverage {agent}", unit="query"):
         words = keywords.query_words(q)
         if not words:
             continue
+        plan = rc.build_plan(agent, q, rc.Filters(), k, vector_search="exact",
+                             keyword_search="index", ef_search=store.settings.hnsw_ef_search)
         with store.session() as session:
             best = Counter(round(float(r), 5) for r in session.execute(
                 exhaustive, {"agent_id": agent, "k": k, "words": words}).scalars())
-            found = Counter(round(h.rank, 5) for h in rc.keyword_candidates(
-                session, agent, q, rc.Filters(), k, keyword_index=True))
+            found = Counter(round(h.rank, 5) for h in rc.keyword_hits(session, plan))
         if best:
             shares.append(sum((best & found).values()) / sum(best.values()))
     return {"queries": len(shares), "k": k,

@@ -63,7 +63,7 @@ def store(_session_store: object) -> object:
     assert isinstance(_session_store, MemoryStore)
     with _session_store.session() as session:
         session.execute(text(f"TRUNCATE {', '.join(TABLES)}"))
-    _session_store._sizes._seen.clear()
+    _session_store.agent_sizes.clear()
     return _session_store
 
 

@@ -125,12 +125,11 @@ def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> No
         return sorted((round(x, 6) for x in scores if x > 0), reverse=True)
 
     def keyword_scores(query: str, k: int) -> list[float]:
+        plan = rc.build_plan(agent, query, rc.Filters(), k, vector_search="hnsw",
+                             keyword_search="index", ef_search=100)
         with store.session() as session:
-            rc.apply_settings(session, rc.vector_settings(large_agent=True, ef_search=100))
-            hits = rc.keyword_candidates(session, agent, query, rc.Filters(), k,
-                                         keyword_index=True)
-            rows = rc.candidates(session, agent, vector, hits, rc.Filters(), k,
-                                 large_agent=True)
+            hits = rc.keyword_hits(session, plan)
+            rows = rc.candidates(session, plan, vector, hits)
         return sorted((round(r.keyword_raw, 6) for r in rows
                        if r.keyword_rank is not None), reverse=True)
 

@@ -97,9 +97,12 @@ def _vector_plan(store: MemoryStore, agent: str) -> str:
     """The plan of recall's candidate query for ``agent`` (large-agent settings), with
     sequential scans and sorts priced out, as on a table too big to scan."""
     vector = to_pgvector(store.embedder.embed(["notes about numbers"])[0])
-    sql, params = rc.candidate_sql(agent, vector, [], rc.Filters(), 30, large_agent=True)
+    plan = rc.build_plan(agent, "", rc.Filters(), 30, vector_search="hnsw",
+                         keyword_search="index", ef_search=100)
+    candidate = plan.candidate_statement(vector, [])
+    sql, params = candidate.text, candidate.params
     with store.session() as session:
-        rc.apply_settings(session, rc.vector_settings(large_agent=True, ef_search=100))
+        rc.keyword_hits(session, plan)  # no words: the vector settings alone
         session.execute(text("SET LOCAL enable_seqscan = off"))
         session.execute(text("SET LOCAL enable_sort = off"))
         lines = session.execute(text("EXPLAIN " + sql), params).scalars().all()
@@ -250,8 +253,9 @@ def test_keyword_side_reads_the_counts_instead_of_sampling(
 
     def walrus_score() -> float:
         with indexing_store.session() as session:
-            hits = rc.keyword_candidates(session, BIG, "walrus", rc.Filters(), 5,
-                                         keyword_index=True)
+            hits = rc.keyword_hits(session, rc.build_plan(
+                BIG, "walrus", rc.Filters(), 5, vector_search="exact", keyword_search="index",
+                ef_search=100))
         return hits[0].rank
 
     sampled = walrus_score()

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.config import override_settings
+from memoryd.memory import recall as rc
 from memoryd.memory.store import MemoryStore
 from memoryd.types import Recalled
 
@@ -246,7 +247,10 @@ def test_hnsw_plan_finds_the_relevant_memory(store: MemoryStore, pg_url: str) ->
         hnsw_store = MemoryStore(pg_url)
     try:
         hits = hnsw_store.recall(AGENT, QUERY, limit=5)
-        assert hnsw_store._sizes._seen[AGENT][1] > 0  # the large-agent (HNSW) plan (threshold 0)
+        with hnsw_store.session() as session:
+            plan = rc.plan(session, hnsw_store.agent_sizes, AGENT, QUERY, rc.Filters(), 15,
+                           ef_search=100)
+        assert plan.vector_search == "hnsw"  # threshold 0: every agent is large
         assert hits[0].content == TARGET
         assert len(hits) == 5
         assert all(h.memory.agent_id == AGENT for h in hits)
@@ -487,8 +491,9 @@ def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
         touched = session.execute(text(
             "SELECT count(*) FROM memories WHERE access_count > 0")).scalar_one()
     assert touched == 0
+    assert broken.query_embedding.running
     broken.close()
-    assert broken._helpers is None
+    assert not broken.query_embedding.running
 
 
 def test_index_keyword_side_stays_inside_the_agent(store: MemoryStore,
@@ -512,20 +517,20 @@ def test_large_agent_settings_ride_on_the_keyword_query(store: MemoryStore, quer
     """Applied by the keyword statement itself (a round trip saved), also when it finds
     nothing ("zebra"), or by a statement of their own when the query has no words
     ("?!"); for the transaction only."""
-    from memoryd.memory import recall as rc
-
     _seed(store)
-    settings = rc.vector_settings(large_agent=True, ef_search=123)
+    plan = rc.build_plan(AGENT, query, rc.Filters(), 30, vector_search="hnsw",
+                         keyword_search="index", ef_search=123)
+    settings = plan.vector_settings
     assert settings["hnsw.ef_search"] == "123"
+    assert (plan.settings_statement is None) == (plan.keyword_statement is not None)
     with store.session() as session:
-        rc.keyword_candidates(session, AGENT, query, rc.Filters(), 30, keyword_index=True,
-                              settings=settings)
+        rc.keyword_hits(session, plan)
         applied = {name: session.execute(text("SELECT current_setting(:n)"),
                                          {"n": name}).scalar_one() for name in settings}
     assert applied == settings
     with store.session() as session:
         assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "auto"
-    assert rc.vector_settings(large_agent=False, ef_search=123) == {}
+    assert rc.vector_settings("exact", ef_search=123) == {}
 
 
 @pytest.mark.parametrize("large", [True, False])
@@ -533,18 +538,75 @@ def test_index_keyword_query_runs_with_a_generic_plan(store: MemoryStore, large:
     """Once psycopg prepares it, the index search is never planned again (PostgreSQL
     would otherwise plan it afresh each time); the statements after it plan as usual,
     or as a large agent's settings say."""
-    from memoryd.memory import recall as rc
-
     _seed(store)
-    settings = rc.vector_settings(large_agent=large, ef_search=100)
+    plan = rc.build_plan(AGENT, QUERY, rc.Filters(), 30, keyword_search="index",
+                         vector_search="hnsw" if large else "exact", ef_search=100)
+    assert plan.keyword_plan_cache == {"plan_cache_mode": "force_generic_plan"}
     store.engine.dispose()  # a new connection: none of this test's statements prepared yet
     with store.session() as session:
         for _ in range(8):
-            rc.keyword_candidates(session, AGENT, QUERY, rc.Filters(), 30, keyword_index=True,
-                                  settings=settings)
+            rc.keyword_hits(session, plan)
         plans = session.execute(text(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement LIKE '%kw_found%'")).one()
         after = session.execute(text("SHOW plan_cache_mode")).scalar_one()
     assert plans.generic_plans >= 2 and plans.custom_plans == 0
     assert after == ("force_custom_plan" if large else "auto")
+
+
+@pytest.mark.parametrize(("keyword_scan_max", "expected"), [
+    (10_000, ["keyword", "candidates", "touch"]),
+    (0, ["setup", "keyword", "candidates", "touch"]),
+])
+def test_a_recall_takes_one_round_trip_per_step(store: MemoryStore,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                keyword_scan_max: int,
+                                                expected: list[str]) -> None:
+    """Once the agent's size is known: the keyword query (after its generic-plan setting
+    for the index search), the candidate query and the access bump; no statement of its
+    own for the vector settings."""
+    from sqlalchemy import event
+
+    from memoryd.memory import keywords
+
+    _seed(store)
+    monkeypatch.setattr(keywords, "KEYWORD_SCAN_MAX", keyword_scan_max)
+    store.recall(AGENT, QUERY, limit=3)  # counts the agent's size
+    sent: list[str] = []
+
+    def remember(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append("keyword" if "FROM kw" in statement and "unnest(CAST" not in statement
+                    else "candidates" if "unnest(CAST" in statement
+                    else "touch" if "access_count" in statement
+                    else "setup" if "set_config" in statement else statement)
+
+    event.listen(store.engine, "before_cursor_execute", remember)
+    try:
+        store.recall(AGENT, QUERY, limit=3)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", remember)
+    assert sent == expected
+
+
+def test_the_plan_follows_the_agent_size(store: MemoryStore,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small agents: exact vector search and a scan of their rows, no settings; above
+    ``KEYWORD_SCAN_MAX`` the index keyword search, its plan-cache mode set before and
+    reset by the keyword statement."""
+    from memoryd.memory import keywords
+
+    _seed(store)
+    with store.session() as session:
+        small = rc.plan(session, store.agent_sizes, AGENT, QUERY, rc.Filters(), 30,
+                        ef_search=100)
+        monkeypatch.setattr(keywords, "KEYWORD_SCAN_MAX", 0)
+        indexed = rc.plan(session, store.agent_sizes, AGENT, QUERY, rc.Filters(), 30,
+                          ef_search=100)
+    assert small.agent_size == len(DISTRACTORS) + 1
+    assert (small.vector_search, small.keyword_search) == ("exact", "scan")
+    assert small.vector_settings == small.settings_after_keywords == {}
+    assert small.keyword_setup is None and small.keyword_statement is not None
+    assert (indexed.vector_search, indexed.keyword_search) == ("exact", "index")
+    assert indexed.settings_after_keywords == {"plan_cache_mode": "auto"}
+    assert indexed.keyword_setup is not None and indexed.keyword_statement is not None
+    assert "kw_found" in indexed.keyword_statement.text

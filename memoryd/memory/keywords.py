@@ -101,40 +101,48 @@ def large_cte(where: str) -> str:
     Scored like the small-agent side (the sum of the inverse document frequencies of
     the query's stems a memory holds), with bounds. The searches go through the GIN
     index keyed by (agent, lexeme) (``AGENT_LEXEMES``), so each reads only the entries
-    of the agent's memories holding the words searched:
-
-    - document frequencies come from ``agent_terms``, counted over all of the agent's
-      memories by the hourly ``index_agents`` job for the agents it indexes (a term not
-      there is rare: df 0); for other agents they are estimated on a sample of
-      ``_DF_SAMPLE`` of its memories (its newest: read backwards along the index on
-      (agent_id, created_at), the plan whatever the agent's size, which lets recall run
-      this query with a generic plan, see ``recall.keyword_candidates``);
-    - searches (exact stems) for memories holding two of the ``_MAX_PAIR_TERMS`` rarest
-      terms, or a rare one (held by at most ``RARE_SHARE`` of the memories, or 2), run one
-      by one, the ones expected to match fewest first (pairs estimated as if their terms
-      were independent), until ``_STRICT_FACTOR`` x ``k`` (at least ``_MIN_POOL``)
-      memories are found: the memories that can score high, most specific first. (One
-      search of all of them together returned an arbitrary part of the matches, mostly
-      those of the commonest pair: 0.84 of the exhaustive top-30 scores found, against
-      0.95 in this order, for the 100,000-memory agent of bench/recall.py; and a common
-      pair is now read only if the specific ones found too few);
-    - a second search adds ``k`` memories holding the rarest of the other terms (a name,
-      typically: they outscore memories holding one commoner term);
-    - only if those find fewer than ``k``, a last search adds up to ``k`` memories
-      holding any one term.
-
-    Prefix-only matches are not looked for here.
+    of the agent's memories holding the words searched. In order: the terms and their
+    weights (``_TERM_WEIGHTS``), the searches for the memories that can score high
+    (``_SEARCHES``, ``_found``), the rarest other term (``_rarest``), a fill when those
+    find fewer than ``k`` (``_fill``), and the scoring (``_SCORED``). Prefix-only
+    matches are not looked for here.
     """
-    return f"""
-        lex AS (
-            SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{MAX_TERMS}] AS l)
-        , counted AS MATERIALIZED (
-            SELECT c.memories AS n FROM agent_term_stats c WHERE c.agent_id = :agent_id)
-        , sample AS MATERIALIZED (
+    return _ctes(*_TERM_WEIGHTS, *_SEARCHES, _found(where), _rarest(where), _fill(where),
+                 _SCORED)
+
+
+def _ctes(*pieces: str) -> str:
+    """CTEs joined into one WITH list (the caller writes ``WITH``)."""
+    return "\n        " + "\n        , ".join(pieces) + "\n    "
+
+
+def _index_search(query: str, where: str) -> str:
+    """The agent's memories passing ``where`` whose lexemes match the tsquery ``query``,
+    through the (agent, lexeme) GIN index."""
+    return f"{SAME_AGENT} AND {AGENT_LEXEMES} @@ {query} AND {where}"
+
+
+def _score(alias: str) -> str:
+    """A memory's keyword score: the weights of the query terms its ``tsv`` holds."""
+    return f"(SELECT sum(i.w) FROM idf i WHERE {alias}.tsv @@ i.ex)"
+
+
+# The query's stems, and the agent's memory count: counted by the ``index_agents`` job
+# (``agent_term_stats``) or, for an agent it does not count, that of a sample of the
+# agent's newest memories, read backwards along the (agent_id, created_at) index: the
+# same plan whatever the agent's size, so recall can run this query with a generic plan
+# (``recall_sql.KEYWORD_PLAN_CACHE``).
+_LEX = f"""lex AS (
+            SELECT (tsvector_to_array(to_tsvector('english', :words)))[1:{MAX_TERMS}] AS l)"""
+_COUNTED = """counted AS MATERIALIZED (
+            SELECT c.memories AS n FROM agent_term_stats c WHERE c.agent_id = :agent_id)"""
+_SAMPLE = f"""sample AS MATERIALIZED (
             SELECT m.tsv FROM memories m
             WHERE m.agent_id = :agent_id AND NOT EXISTS (SELECT 1 FROM counted)
-            ORDER BY m.created_at DESC LIMIT {_DF_SAMPLE})
-        , idf AS MATERIALIZED (
+            ORDER BY m.created_at DESC LIMIT {_DF_SAMPLE})"""
+# Each term's document frequency (from ``agent_terms``, where a term not counted is
+# rare: df 0; or from the sample), weight ``w`` and whether it is rare.
+_IDF = f"""idf AS MATERIALIZED (
             SELECT t.a, t.ex, t.key, d.df, n.n, {_idf("d.df", "n.n")} AS w,
                    d.df <= {rare_cut("n.n")} AS rare
             FROM (SELECT a, CAST(quote_literal(a) AS tsquery) AS ex, {_KEY_PREFIX} || a AS key
@@ -144,45 +152,82 @@ def large_cte(where: str) -> str:
                  LATERAL (SELECT CASE WHEN EXISTS (SELECT 1 FROM counted)
                      THEN coalesce((SELECT g.df FROM agent_terms g
                                     WHERE g.agent_id = :agent_id AND g.lexeme = t.a), 0)
-                     ELSE (SELECT count(*) FROM sample s WHERE s.tsv @@ t.ex) END AS df) d)
-        , rarest AS (SELECT key, df, n FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})
-        , searches AS MATERIALIZED (
+                     ELSE (SELECT count(*) FROM sample s WHERE s.tsv @@ t.ex) END AS df) d)"""
+_TERM_WEIGHTS = (_LEX, _COUNTED, _SAMPLE, _IDF)
+
+# The searches for memories holding two of the ``_MAX_PAIR_TERMS`` rarest terms, or one
+# rare term, each with the number of memories it is expected to match (a pair's as if
+# its terms were independent); ``wanted`` matches any one term.
+_RAREST = f"rarest AS (SELECT key, df, n FROM idf ORDER BY df, a LIMIT {_MAX_PAIR_TERMS})"
+_PAIRS_AND_RARE = """searches AS MATERIALIZED (
             SELECT CAST(format('%L & %L', x.key, y.key) AS tsquery) AS q,
                    CAST(x.df AS float8) * y.df / greatest(x.n, 1) AS expected
             FROM rarest x, rarest y WHERE x.key < y.key
             UNION ALL
-            SELECT CAST(quote_literal(key) AS tsquery), df FROM idf WHERE rare)
-        , wanted AS (
+            SELECT CAST(quote_literal(key) AS tsquery), df FROM idf WHERE rare)"""
+_WANTED = """wanted AS (
             SELECT (SELECT CAST(string_agg(quote_literal(key), ' | ') AS tsquery) FROM idf)
-                       AS any_q)
-        , kw_found AS MATERIALIZED (
+                       AS any_q)"""
+_SEARCHES = (_RAREST, _PAIRS_AND_RARE, _WANTED)
+_POOL = f"greatest({_STRICT_FACTOR} * :k, {_MIN_POOL})"
+
+
+def _found(where: str) -> str:
+    """The searches run one by one, those expected to match fewest first, until
+    ``_STRICT_FACTOR`` x ``k`` (at least ``_MIN_POOL``) memories are found: the memories
+    that can score high, most specific first. One search of them all together returned
+    an arbitrary part of the matches, mostly those of the commonest pair, which is now
+    read only if the specific ones found too few."""
+    return f"""kw_found AS MATERIALIZED (
             SELECT DISTINCT ON (f.id) f.id, f.tsv
             FROM (SELECT f.id, f.tsv
                   FROM (SELECT q, expected FROM searches ORDER BY expected) s
                   CROSS JOIN LATERAL (
                       SELECT m.id, m.tsv FROM memories m
-                      WHERE {SAME_AGENT} AND {AGENT_LEXEMES} @@ s.q AND {where}
-                      LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL})) f
-                  LIMIT greatest({_STRICT_FACTOR} * :k, {_MIN_POOL})) f
-            ORDER BY f.id)
-        , kw_rarest AS MATERIALIZED (
+                      WHERE {_index_search("s.q", where)}
+                      LIMIT {_POOL}) f
+                  LIMIT {_POOL}) f
+            ORDER BY f.id)"""
+
+
+def _rarest(where: str) -> str:
+    """``k`` more memories holding the rarest of the other terms (typically a name: they
+    outscore memories holding one commoner term)."""
+    return f"""kw_rarest AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m,
                    (SELECT CAST(quote_literal(key) AS tsquery) AS q FROM idf
                     WHERE NOT rare ORDER BY df, a LIMIT 1) r
-            WHERE {SAME_AGENT} AND {AGENT_LEXEMES} @@ r.q AND {where}
+            WHERE {_index_search("r.q", where)}
               AND m.id NOT IN (SELECT id FROM kw_found)
-            LIMIT :k)
-        , kw_fill AS (
+            LIMIT :k)"""
+
+
+def _fill(where: str) -> str:
+    """Only if those found fewer than ``k``: up to ``k`` memories holding any one term."""
+    return f"""kw_fill AS (
             SELECT m.id, m.tsv FROM memories m, wanted
             WHERE (SELECT count(*) FROM kw_found) + (SELECT count(*) FROM kw_rarest) < :k
-              AND {SAME_AGENT} AND {AGENT_LEXEMES} @@ wanted.any_q AND {where}
+              AND {_index_search("wanted.any_q", where)}
               AND m.id NOT IN (SELECT id FROM kw_found UNION ALL SELECT id FROM kw_rarest)
-            LIMIT :k)
-        , kw AS (
+            LIMIT :k)"""
+
+
+# The memories found, scored and ranked: ``kw (id, rank, pos)``.
+_SCORED = f"""kw AS (
             SELECT s.id, s.rank, row_number() OVER (ORDER BY s.rank DESC, s.id) AS pos
-            FROM (SELECT c.id, (SELECT sum(i.w) FROM idf i WHERE c.tsv @@ i.ex) AS rank
+            FROM (SELECT c.id, {_score("c")} AS rank
                   FROM (SELECT id, tsv FROM kw_found
                         UNION ALL SELECT id, tsv FROM kw_rarest
                         UNION ALL SELECT id, tsv FROM kw_fill) c) s
-            ORDER BY s.rank DESC, s.id LIMIT :k)
-    """
+            ORDER BY s.rank DESC, s.id LIMIT :k)"""
+
+
+def exhaustive_sql(where: str) -> str:
+    """The top ``:k`` scores over every memory of the agent holding a query term, scored
+    as ``large_cte`` scores: the reference its bounded searches are measured against
+    (bench/recall.py). Parameters: ``agent_id``, ``words``, ``k`` and the filters'."""
+    return f"""WITH {large_cte(where)}
+        SELECT {_score("m")} AS rank
+        FROM memories m, wanted
+        WHERE {_index_search("wanted.any_q", where)}
+        ORDER BY 1 DESC LIMIT :k"""

@@ -1,74 +1,170 @@
-"""Hybrid recall: candidates from the HNSW vector index and the full-text side (see
-``keywords``: the agent's rows, or a GIN index keyed by (agent, lexeme)), scored in
-Python (see ``scoring``).
+"""Hybrid recall: candidates from the vector side and the keyword side (``keywords``),
+ranked in Python (``ranking``, ``scoring``).
 
-Two queries, in one transaction: the keyword side first (``keyword_candidates``),
-which needs no query embedding, so ``MemoryStore.recall`` runs it while the embedding
-is computed on another thread; then the vector side merged with its hits
-(``candidates``).
+A recall is planned first (``plan``: a ``RecallPlan`` says which searches and settings
+the agent's size calls for, and holds their statements), then executed (``execute``)
+in one transaction: the keyword side first, which needs no query embedding, so it runs
+while the embedding is computed on a helper thread (``QueryEmbedding``); then the
+vector side merged with its hits.
 
-Two plans for the vector side, by the agent's size:
-- small agents (<= ``recall_exact_threshold`` memories): exact kNN over the
-  agent's rows, reached through the (agent_id, ...) btree. A filtered HNSW scan
-  at 0.1 % selectivity would walk most of the graph to find a handful of rows.
-- large agents: the HNSW index with pgvector's iterative scan, which keeps
-  scanning until enough rows pass the agent filter.
+Two vector searches, by the agent's size:
+- ``exact`` (agents of at most ``recall_exact_threshold`` memories): exact kNN over the
+  agent's rows, reached through the (agent_id, ...) btree. A filtered HNSW scan at low
+  selectivity would walk most of the graph to find a handful of rows.
+- ``hnsw``: the HNSW index with pgvector's iterative scan, which keeps scanning until
+  enough rows pass the agent filter.
+Two keyword searches, by the agent's size: ``scan`` the agent's rows, or search the
+``index`` keyed by (agent, lexeme) (above ``keywords.KEYWORD_SCAN_MAX`` memories).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session
 
 from memoryd.memory import keywords
-from memoryd.memory.rows import select_list
+from memoryd.memory.embeddings import Embedder, to_pgvector
+from memoryd.memory.recall_sql import (
+    KEYWORD_PLAN_CACHE,
+    KEYWORD_PLAN_CACHE_AFTER,
+    Filters,
+    KeywordHit,
+    KeywordSearch,
+    Sql,
+    VectorSearch,
+    candidate_statement,
+    keyword_statement,
+    settings_statement,
+    statement,
+    vector_settings,
+)
 from memoryd.memory.scoring import Candidate
 
+__all__ = ["CANDIDATE_FACTOR", "AgentSizeCache", "Filters", "KeywordHit", "QueryEmbedding",
+           "RecallPlan", "build_plan", "candidates", "execute", "keyword_hits", "plan",
+           "session_neighbours", "touch", "vector_settings"]
+
+CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
+EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
 _CONTEXT_MAX_MESSAGES = 5_000
 
 
-@lru_cache(maxsize=512)
-def statement(sql: str) -> TextClause:
-    """``text(sql)``, built once per distinct SQL string: building it parses the string
-    for bind parameters, a cost recall would otherwise pay on each of its statements.
-    The strings vary only with the filters used and the agent's size class."""
-    return text(sql)
-
-
 @dataclass(frozen=True)
-class Filters:
-    category: str | None = None
-    tags: tuple[str, ...] = ()
-    session_id: str | None = None
-    include_archived: bool = False
+class RecallPlan:
+    """How one recall reads its candidates, decided before any of it runs.
 
-    def sql(self) -> str:
-        clauses = ["(m.expires_at IS NULL OR m.expires_at > now())"]
-        if not self.include_archived:
-            clauses.append("m.archived_at IS NULL")
-        if self.category:
-            clauses.append("m.category = :category")
-        if self.tags:
-            clauses.append("m.tags @> CAST(:tags AS text[])")
-        if self.session_id:
-            clauses.append("m.session_id = :session_id")
-        return " AND ".join(clauses)
+    Its round trips, in order (``execute``):
+    1. ``keyword_setup``, for the index search only: ``keyword_plan_cache`` (a generic
+       plan, see ``recall_sql.KEYWORD_PLAN_CACHE``);
+    2. ``keyword_statement``, whose trailing condition ALSO APPLIES THE VECTOR QUERY'S
+       SETTINGS for this transaction (``settings_after_keywords``: for the index search
+       the plan-cache mode back to ``auto``, then ``vector_settings``), which saves a
+       round trip; or, when the query has no words (no keyword statement),
+       ``settings_statement`` applies ``vector_settings`` on its own, if any;
+    3. the candidate query (``candidate_statement``), once the query's embedding is
+       ready.
+    """
 
-    def params(self) -> dict[str, Any]:
-        return {"category": self.category, "tags": list(self.tags),
-                "session_id": self.session_id}
+    agent_id: str
+    filters: Filters
+    per_retriever: int
+    vector_search: VectorSearch
+    keyword_search: KeywordSearch
+    vector_settings: Mapping[str, str]
+    keyword_plan_cache: Mapping[str, str]
+    settings_after_keywords: Mapping[str, str]
+    keyword_setup: Sql | None
+    keyword_statement: Sql | None
+    settings_statement: Sql | None
+    agent_size: int | None = None  # as counted by ``AgentSizeCache``, if it was
+
+    def candidate_statement(self, query_vector: str, hits: list[KeywordHit]) -> Sql:
+        """The candidate query: the vector side merged with the keyword side's ``hits``."""
+        return candidate_statement(self.agent_id, query_vector, hits, self.filters,
+                                   self.per_retriever, search=self.vector_search)
+
+
+def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
+         filters: Filters, per_retriever: int, *, ef_search: int) -> RecallPlan:
+    """The plan for the agent's size (counted through ``sizes``): the HNSW search above
+    ``sizes.threshold`` memories, the index keyword search above
+    ``keywords.KEYWORD_SCAN_MAX``."""
+    size = sizes.size(session, agent_id)
+    return build_plan(agent_id, query, filters, per_retriever,
+                      vector_search="hnsw" if size > sizes.threshold else "exact",
+                      keyword_search="index" if size > keywords.KEYWORD_SCAN_MAX else "scan",
+                      ef_search=ef_search, agent_size=size)
+
+
+def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, *,
+               vector_search: VectorSearch, keyword_search: KeywordSearch, ef_search: int,
+               agent_size: int | None = None) -> RecallPlan:
+    """The plan for the searches given. ``ef_search`` is raised to ``per_retriever``."""
+    settings = vector_settings(vector_search, ef_search=max(ef_search, per_retriever))
+    index = keyword_search == "index"
+    plan_cache = KEYWORD_PLAN_CACHE if index else {}
+    after = {**KEYWORD_PLAN_CACHE_AFTER, **settings} if index else settings
+    words = keywords.query_words(query)
+    return RecallPlan(
+        agent_id=agent_id, filters=filters, per_retriever=per_retriever,
+        vector_search=vector_search, keyword_search=keyword_search,
+        vector_settings=settings, keyword_plan_cache=plan_cache,
+        settings_after_keywords=after,
+        keyword_setup=settings_statement(plan_cache) if words else None,
+        keyword_statement=keyword_statement(
+            agent_id, words, filters, per_retriever, search=keyword_search,
+            settings_after=after) if words else None,
+        settings_statement=None if words else settings_statement(settings),
+        agent_size=agent_size)
+
+
+def keyword_hits(session: Session, recall_plan: RecallPlan) -> list[KeywordHit]:
+    """The plan's statements before the candidate query: the keyword side's hits, best
+    first (none if the query has no words), with the vector query's settings applied for
+    the rest of the transaction either way."""
+    if recall_plan.keyword_statement is None:
+        if recall_plan.settings_statement is not None:
+            recall_plan.settings_statement.run(session)
+        return []
+    if recall_plan.keyword_setup is not None:
+        recall_plan.keyword_setup.run(session)
+    rows = recall_plan.keyword_statement.run(session).all()
+    return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
+
+
+def candidates(session: Session, recall_plan: RecallPlan, query_vector: str,
+               hits: list[KeywordHit]) -> list[Candidate]:
+    """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
+    side's ``hits``, with raw components (after ``keyword_hits``, which applied the
+    settings the vector side needs)."""
+    result = recall_plan.candidate_statement(query_vector, hits).run(session)
+    return [
+        Candidate(row=row, semantic=float(row["semantic"]),
+                  keyword_raw=float(row["keyword_raw"]),
+                  vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"])
+        for row in result.mappings().all()
+    ]
+
+
+def execute(session: Session, recall_plan: RecallPlan,
+            query_vector: Future[str]) -> list[Candidate]:
+    """Run the plan: the keyword side while ``query_vector`` is computed, then the
+    vector side merged with its hits."""
+    hits = keyword_hits(session, recall_plan)
+    return candidates(session, recall_plan, query_vector.result(), hits)
 
 
 @dataclass
 class AgentSizeCache:
-    """Per-process memo of "is this agent large?", so recall does not count every time."""
+    """Per-process memo of each agent's size, so recall does not count every time."""
 
     threshold: int
     _seen: dict[str, tuple[float, int]] = field(default_factory=dict)
@@ -91,174 +187,47 @@ class AgentSizeCache:
             self._seen[agent_id] = (now, count)
         return count
 
-    def is_large(self, session: Session, agent_id: str) -> bool:
-        return self.size(session, agent_id) > self.threshold
+    def clear(self) -> None:
+        """Forget every size counted (tests empty the tables between them)."""
+        with self._lock:
+            self._seen.clear()
 
 
-@dataclass(frozen=True)
-class KeywordHit:
-    """A memory the keyword side found: its IDF score and its place in that list."""
+class QueryEmbedding:
+    """Embeds recall queries on helper threads, so that recall's keyword query runs
+    meanwhile (the embedding and the wait for PostgreSQL both release the GIL): recall
+    then takes about the longer of the two instead of their sum."""
 
-    id: Any
-    rank: float
-    pos: int
+    def __init__(self, embedder: Callable[[], Embedder], threads: int = EMBED_THREADS) -> None:
+        self._embedder = embedder  # called on the helper thread: it may load the model
+        self._threads = threads
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
+        self._lock = threading.Lock()
 
+    def soon(self, text: str) -> Future[str]:
+        """The embedding of ``text`` in pgvector's text form, computed on a helper thread."""
+        with self._lock:
+            # A pool created before a fork has no threads in the child: one per process.
+            if self._pool is None or self._pool[0] != os.getpid():
+                self._pool = (os.getpid(), ThreadPoolExecutor(
+                    max_workers=self._threads, thread_name_prefix="memoryd-embed"))
+            pool = self._pool[1]
+        return pool.submit(self._vector, text)
 
-def keyword_sql(agent_id: str, query: str, filters: Filters, per_retriever: int, *,
-                keyword_index: bool, settings: dict[str, str] | None = None
-                ) -> tuple[str, dict[str, Any]] | None:
-    """The keyword query and its parameters, or None if the query has no words.
-    ``keyword_index`` searches the GIN index instead of scanning the agent's rows.
-    ``settings`` (``vector_settings``) are applied by the same statement, for the
-    candidate query that follows."""
-    words = keywords.query_words(query)
-    if not words:
-        return None
-    where = filters.sql()
-    ctes = keywords.large_cte(where) if keyword_index else keywords.small_cte(where)
-    params = {"agent_id": agent_id, "k": per_retriever, "words": words, **filters.params()}
-    sql = f"WITH {ctes} SELECT id, rank, pos FROM kw"
-    if settings:
-        # An uncorrelated condition: evaluated once, before the first row, even when
-        # the keyword side finds nothing.
-        expression, setting_params = _settings_sql(settings)
-        sql += f" WHERE (SELECT {expression}) IS NOT NULL"
-        params.update(setting_params)
-    return sql, params
+    def _vector(self, text: str) -> str:
+        return to_pgvector(self._embedder().embed([text])[0])
 
+    @property
+    def running(self) -> bool:
+        """Whether helper threads were started and not closed since."""
+        return self._pool is not None
 
-def keyword_candidates(session: Session, agent_id: str, query: str, filters: Filters,
-                       per_retriever: int, *, keyword_index: bool,
-                       settings: dict[str, str] | None = None) -> list[KeywordHit]:
-    """Up to ``per_retriever`` memories by keyword score, best first. It needs no query
-    embedding, so recall runs it while the embedding is computed. ``settings`` are
-    applied for the rest of the transaction, whether or not the query has words.
-
-    The index search (``keywords.large_cte``) runs with a generic plan. Left to choose,
-    PostgreSQL planned it afresh at every execution (its generic plan's estimate looked
-    dearer), and planning a statement of this size cost about 1 ms of the 4.4 ms it took
-    for the 100,000-memory agent of bench/recall.py (3.3 ms with the generic plan, same
-    results). Its plan does not depend on the agent: every search goes through the
-    (agent, lexeme) GIN index or a primary key. The agent-scan side (``small_cte``) keeps
-    custom plans: a generic plan of it could scan the whole table. The setting is reset
-    for the statements that follow (``settings`` may set it again).
-    """
-    after = {"plan_cache_mode": "auto", **(settings or {})} if keyword_index else settings
-    built = keyword_sql(agent_id, query, filters, per_retriever, keyword_index=keyword_index,
-                        settings=after)
-    if built is None:
-        apply_settings(session, settings or {})
-        return []
-    if keyword_index:
-        apply_settings(session, {"plan_cache_mode": "force_generic_plan"})
-    rows = session.execute(statement(built[0]), built[1]).all()
-    return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
-
-
-def candidate_sql(agent_id: str, query_vector: str, keyword_hits: list[KeywordHit],
-                  filters: Filters, per_retriever: int, *,
-                  large_agent: bool) -> tuple[str, dict[str, Any]]:
-    """The candidate query and its parameters (``candidates`` runs it; benchmarks EXPLAIN
-    it): the vector side's rows, then the keyword side's hits it did not find (their
-    rows looked up by id). The vector side's rows come straight from its scan, not
-    looked up again (0.4 ms of 3.7 for the 100,000-memory agent of bench/recall.py).
-    For large agents the caller applies ``vector_settings`` first
-    (``keyword_candidates`` does)."""
-    where = filters.sql()
-    vec = _large_vector_cte(where) if large_agent else _small_vector_cte(where)
-    sql = f"""
-        WITH {vec},
-        kw AS (
-            SELECT * FROM unnest(CAST(:kw_ids AS uuid[]), CAST(:kw_ranks AS float8[]),
-                                 CAST(:kw_pos AS bigint[])) AS k(id, rank, pos))
-        SELECT {select_list("v")}, 1 - v.dist AS semantic, coalesce(kw.rank, 0) AS keyword_raw,
-               v.pos AS vector_rank, kw.pos AS keyword_rank
-        FROM vec v LEFT JOIN kw ON kw.id = v.id
-        UNION ALL
-        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), kw.rank, NULL, kw.pos
-        FROM kw JOIN memories m ON m.id = kw.id AND m.agent_id = :agent_id
-        WHERE kw.id NOT IN (SELECT id FROM vec)
-    """
-    params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever,
-              "kw_ids": [h.id for h in keyword_hits], "kw_ranks": [h.rank for h in keyword_hits],
-              "kw_pos": [h.pos for h in keyword_hits], **filters.params()}
-    return sql, params
-
-
-def _large_vector_cte(where: str) -> str:
-    """The agent's nearest memories through the HNSW index (iterative scan)."""
-    return f"""vec AS MATERIALIZED (
-            SELECT v.*, row_number() OVER () AS pos
-            FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
-                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
-                  ORDER BY m.embedding <=> CAST(:qv AS vector) LIMIT :k) v)"""
-
-
-def _small_vector_cte(where: str) -> str:
-    """Exact kNN over the agent's rows, reached through the agent_id btree."""
-    return f"""vec AS MATERIALIZED (
-            SELECT v.*, row_number() OVER (ORDER BY v.dist, v.id) AS pos
-            FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
-                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
-                  ORDER BY dist, m.id LIMIT :k) v)"""
-
-
-def vector_settings(*, large_agent: bool, ef_search: int) -> dict[str, str]:
-    """Transaction-local settings the candidate query needs: none for small agents.
-
-    For large agents:
-    - ``plan_cache_mode = force_custom_plan``. psycopg prepares a statement after five
-      executions, and after five more PostgreSQL may switch a prepared statement to a
-      generic plan, planned without the agent id. For the candidate query that plan is
-      5-15x slower (measured at a million memories: 90-380 ms instead of 13-40 ms for a
-      100,000-memory agent), and it cannot use the agent's own HNSW index
-      (``maintenance.agent_indexes``); planning afresh costs about 1 ms. (The keyword
-      query is the other way round: see ``keyword_candidates``.)
-    - pgvector's ``ef_search`` (capped at 1000; the iterative scan goes on past it if
-      needed) and the iterative scan itself.
-
-    The keyword query applies them on its way (``keyword_sql``), saving a round trip;
-    ``apply_settings`` does when there is no keyword query.
-    """
-    if not large_agent:
-        return {}
-    return {"plan_cache_mode": "force_custom_plan",
-            "hnsw.ef_search": str(min(int(ef_search), 1000)),
-            "hnsw.iterative_scan": "relaxed_order"}
-
-
-def _settings_sql(settings: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """One expression setting every one of ``settings`` for the transaction, and its
-    parameters."""
-    calls = ", ".join(f"set_config(:cfg_n{i}, :cfg_v{i}, true)" for i in range(len(settings)))
-    params = {}
-    for i, (name, value) in enumerate(settings.items()):
-        params[f"cfg_n{i}"], params[f"cfg_v{i}"] = name, value
-    return f"concat({calls})", params
-
-
-def apply_settings(session: Session, settings: dict[str, str]) -> None:
-    """``settings`` (from ``vector_settings``) for the rest of the transaction."""
-    if settings:
-        expression, params = _settings_sql(settings)
-        session.execute(statement(f"SELECT {expression}"), params)
-
-
-def candidates(session: Session, agent_id: str, query_vector: str,
-               keyword_hits: list[KeywordHit], filters: Filters, per_retriever: int, *,
-               large_agent: bool) -> list[Candidate]:
-    """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
-    side's hits, with raw components. Apply ``vector_settings`` first
-    (``keyword_candidates`` does)."""
-    sql, params = candidate_sql(agent_id, query_vector, keyword_hits, filters, per_retriever,
-                                large_agent=large_agent)
-    rows = session.execute(statement(sql), params).mappings().all()
-    return [
-        Candidate(row=row, semantic=float(row["semantic"]),
-                  keyword_raw=float(row["keyword_raw"]),
-                  vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"])
-        for row in rows
-    ]
+    def close(self) -> None:
+        """Stop the helper threads (a later ``soon`` starts new ones)."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool[1].shutdown(wait=False, cancel_futures=True)
+                self._pool = None
 
 
 def session_neighbours(session: Session, agent_id: str,
@@ -301,9 +270,9 @@ def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
 
     The same statement sets ``synchronous_commit = off`` for the rest of the transaction
     (an uncorrelated subquery, evaluated once): the access bump is recall's only write,
-    and waiting for its WAL flush at commit (milliseconds on an ordinary disk) bought
-    nothing worth the latency. A crash can lose the last fraction of a second of access
-    counts, never a memory. Setting it here rather than up front saves a round trip.
+    and waiting for its WAL flush at commit bought nothing worth the latency. A crash
+    can lose the last fraction of a second of access counts, never a memory. Setting it
+    here rather than up front saves a round trip.
     """
     if ids:
         session.execute(statement("""

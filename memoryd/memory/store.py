@@ -4,13 +4,9 @@ scheduler wrap it; agents that embed memoryd as a library call it directly."""
 from __future__ import annotations
 
 import builtins
-import os
-import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +18,14 @@ from memoryd import validation as check
 from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
-from memoryd.errors import LLMError, NotFound, ValidationError
-from memoryd.memory import graph, keywords, recall, scoring, sessions, writes
+from memoryd.errors import NotFound, ValidationError
+from memoryd.memory import graph, ranking, recall, sessions, writes
 from memoryd.memory.embeddings import (
     Embedder,
     get_embedder,
     get_query_embedder,
-    to_pgvector,
 )
-from memoryd.memory.recall import Filters
+from memoryd.memory.recall import CANDIDATE_FACTOR
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.types import (
     Entity,
@@ -45,9 +40,6 @@ from memoryd.types import (
 )
 
 log = structlog.get_logger(__name__)
-
-CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
-EMBED_THREADS = 4  # helper threads embedding recall queries (see MemoryStore._embed_soon)
 
 
 class MemoryStore:
@@ -65,10 +57,10 @@ class MemoryStore:
         self._embedder = embedder
         # An injected embedder also embeds the queries, unless a query embedder is given.
         self._query_embedder = query_embedder or embedder
-        self._sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
+        # Recall's per-store helpers: each agent's size, and the query-embedding threads.
+        self.agent_sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
+        self.query_embedding = recall.QueryEmbedding(lambda: self.query_embedder)
         self._embedded: Any = None
-        self._helpers: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
-        self._helpers_lock = threading.Lock()
 
     @classmethod
     def embedded(cls, data_dir: str | Path | None = None, **kwargs: Any) -> MemoryStore:
@@ -102,10 +94,7 @@ class MemoryStore:
     def close(self) -> None:
         """Release connections and helper threads; stop the embedded server if this store
         started it."""
-        with self._helpers_lock:
-            if self._helpers is not None:
-                self._helpers[1].shutdown(wait=False, cancel_futures=True)
-                self._helpers = None
+        self.query_embedding.close()
         self.engine.dispose()
         if self._embedded is not None and self._embedded.started_here:
             self._embedded.stop()
@@ -152,86 +141,20 @@ class MemoryStore:
         filters = recall.Filters(category=check.category(category), tags=check.tags(tags),
                                  session_id=check.short_text("session_id", session_id),
                                  include_archived=bool(include_archived))
-        pending = self._embed_soon(text_query)
+        pending = self.query_embedding.soon(text_query)
         with self.session() as session:
-            found = self._candidates(session, agent, text_query, pending, filters,
-                                     CANDIDATE_FACTOR * limit)
+            plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
+                               CANDIDATE_FACTOR * limit, ef_search=self.settings.hnsw_ef_search)
+            found = recall.execute(session, plan, pending)
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})
-            ranked = self._rank(found, neighbours, keep=None if mode == "deep" else limit)
+            ranked = ranking.rank(found, neighbours, self.settings,
+                                  keep=None if mode == "deep" else limit)
             if mode == "deep":
-                ranked = self._rerank(text_query, ranked)
+                ranked = ranking.rerank(text_query, ranked)
             ranked = ranked[:limit]
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
-
-    def _candidates(self, session: Session, agent: str, query: str, pending: Future[str],
-                    filters: Filters, per_retriever: int) -> list[scoring.Candidate]:
-        """Recall's two queries: the keyword side while ``pending`` (the query's
-        embedding) is computed, then the vector side merged with it."""
-        size = self._sizes.size(session, agent)
-        large = size > self.settings.recall_exact_threshold
-        keyword_index = size > keywords.KEYWORD_SCAN_MAX
-        settings = recall.vector_settings(
-            large_agent=large, ef_search=max(self.settings.hnsw_ef_search, per_retriever))
-        by_keyword = recall.keyword_candidates(session, agent, query, filters, per_retriever,
-                                               keyword_index=keyword_index, settings=settings)
-        return recall.candidates(session, agent, pending.result(), by_keyword, filters,
-                                 per_retriever, large_agent=large)
-
-    def _embed_soon(self, text: str) -> Future[str]:
-        """The embedding of ``text`` in pgvector's text form, computed on a helper thread
-        so that recall's keyword query runs meanwhile (the embedding and the wait for
-        PostgreSQL both release the GIL): recall then takes about the longer of the two
-        instead of their sum."""
-        with self._helpers_lock:
-            # A pool created before a fork has no threads in the child: one per process.
-            if self._helpers is None or self._helpers[0] != os.getpid():
-                self._helpers = (os.getpid(), ThreadPoolExecutor(
-                    max_workers=EMBED_THREADS, thread_name_prefix="memoryd-embed"))
-            pool = self._helpers[1]
-        return pool.submit(self._query_vector, text)
-
-    def _query_vector(self, text: str) -> str:
-        return to_pgvector(self.query_embedder.embed([text])[0])
-
-    def _rank(self, found: list[scoring.Candidate], neighbours: Mapping[Any, builtins.list[Any]],
-              *, keep: int | None = None) -> builtins.list[Recalled]:
-        """The candidates best first (ties by id); only the first ``keep`` (all if None)
-        become ``Recalled`` objects, which is most of the ranking's cost."""
-        now = datetime.now(UTC)
-        parts = scoring.components(found, now)
-        weights = self.settings.weights()
-        vector = scoring.weight_vector(weights)
-        use_rrf = self.settings.recall_fusion == "rrf"
-        own = {c.row["id"]: scoring.rrf(c, p, weights) if use_rrf else scoring.weighted(p, vector)
-               for c, p in zip(found, parts, strict=True)}
-        final = scoring.with_context(own, neighbours, self.settings.recall_context_weight)
-        order = sorted(range(len(found)), key=lambda i: (-round(final[found[i].row["id"]][0], 6),
-                                                         str(found[i].row["id"])))
-        hits = []
-        for i in order[:keep]:
-            score, context = final[found[i].row["id"]]
-            hits.append(Recalled(
-                memory=to_memory(found[i].row), score=round(score, 6),
-                components=parts[i].public(round(context, 6))))
-        return hits
-
-    def _rerank(self, query: str, ranked: list[Recalled]) -> builtins.list[Recalled]:
-        """Deep mode: let the LLM order the fast candidates; fall back on any failure."""
-        from memoryd.memory import llm as llm_mod
-
-        model = llm_mod.get_llm()
-        if llm_mod.is_fallback(model) or not ranked:
-            log.warning("recall.deep_fallback", reason="no LLM configured")
-            return ranked
-        try:
-            order = llm_mod.rerank(model, query, [hit.memory.content for hit in ranked])
-        except LLMError as exc:
-            log.warning("recall.deep_fallback", reason=type(exc).__name__)
-            return ranked
-        picked = [ranked[i] for i in dict.fromkeys(order) if 0 <= i < len(ranked)]
-        return picked + [hit for hit in ranked if hit not in picked]
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)

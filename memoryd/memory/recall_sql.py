@@ -1,0 +1,197 @@
+"""The SQL of recall's statements: filters, the keyword and candidate queries, and the
+transaction settings they run under. ``recall`` decides which of them a recall runs.
+
+The texts vary only with the filters used and the agent's size class, so each is built
+once (``lru_cache``) and parsed once (``statement``); the parameters carry the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from sqlalchemy import TextClause, text
+from sqlalchemy.orm import Session
+
+from memoryd.memory import keywords
+from memoryd.memory.rows import select_list
+
+VectorSearch = Literal["exact", "hnsw"]
+KeywordSearch = Literal["scan", "index"]
+
+# The index keyword search (``keywords.large_cte``) runs with a generic plan: left to
+# choose, PostgreSQL planned it afresh at every execution (its generic plan's estimate
+# looked dearer), and planning a statement of this size is a noticeable part of recall.
+# Its plan does not depend on the agent (every search goes through the (agent, lexeme)
+# GIN index or a primary key). The agent scan (``keywords.small_cte``) keeps custom
+# plans: a generic plan of it could scan the whole table. The statements after the
+# index search plan as usual again (``KEYWORD_PLAN_CACHE_AFTER``), or as the vector
+# query's settings say.
+KEYWORD_PLAN_CACHE: Mapping[str, str] = {"plan_cache_mode": "force_generic_plan"}
+KEYWORD_PLAN_CACHE_AFTER: Mapping[str, str] = {"plan_cache_mode": "auto"}
+EF_SEARCH_MAX = 1000  # pgvector's cap; the iterative scan goes on past it if needed
+
+
+@lru_cache(maxsize=512)
+def statement(sql: str) -> TextClause:
+    """``text(sql)``, built once per distinct SQL string: building it parses the string
+    for bind parameters, a cost recall would otherwise pay on each of its statements."""
+    return text(sql)
+
+
+@dataclass(frozen=True)
+class Sql:
+    """One statement and its parameters."""
+
+    text: str
+    params: Mapping[str, Any]
+
+    def run(self, session: Session) -> Any:
+        """Execute it (its text parsed once: ``statement``); the SQLAlchemy result."""
+        return session.execute(statement(self.text), self.params)
+
+
+@dataclass(frozen=True)
+class Filters:
+    category: str | None = None
+    tags: tuple[str, ...] = ()
+    session_id: str | None = None
+    include_archived: bool = False
+
+    def sql(self) -> str:
+        clauses = ["(m.expires_at IS NULL OR m.expires_at > now())"]
+        if not self.include_archived:
+            clauses.append("m.archived_at IS NULL")
+        if self.category:
+            clauses.append("m.category = :category")
+        if self.tags:
+            clauses.append("m.tags @> CAST(:tags AS text[])")
+        if self.session_id:
+            clauses.append("m.session_id = :session_id")
+        return " AND ".join(clauses)
+
+    def params(self) -> dict[str, Any]:
+        return {"category": self.category, "tags": list(self.tags),
+                "session_id": self.session_id}
+
+
+@dataclass(frozen=True)
+class KeywordHit:
+    """A memory the keyword side found: its IDF score and its place in that list."""
+
+    id: Any
+    rank: float
+    pos: int
+
+
+# --- transaction settings ------------------------------------------------------------
+def vector_settings(search: VectorSearch, *, ef_search: int) -> dict[str, str]:
+    """Transaction-local settings the vector query needs: none for the exact search.
+
+    For the HNSW search:
+    - ``plan_cache_mode = force_custom_plan``. psycopg prepares a statement after five
+      executions, and after five more PostgreSQL may switch a prepared statement to a
+      generic plan, planned without the agent id: for the candidate query that plan is
+      several times slower, and it cannot use the agent's own HNSW index
+      (``maintenance.index_agents``). Planning afresh costs far less. (The keyword
+      query is the other way round: ``KEYWORD_PLAN_CACHE``.)
+    - pgvector's ``ef_search`` (capped at ``EF_SEARCH_MAX``) and the iterative scan.
+    """
+    if search == "exact":
+        return {}
+    return {"plan_cache_mode": "force_custom_plan",
+            "hnsw.ef_search": str(min(int(ef_search), EF_SEARCH_MAX)),
+            "hnsw.iterative_scan": "relaxed_order"}
+
+
+@lru_cache(maxsize=8)
+def _set_config(count: int) -> str:
+    """One expression setting ``count`` settings for the transaction."""
+    return f"concat({', '.join(f'set_config(:cfg_n{i}, :cfg_v{i}, true)' for i in range(count))})"
+
+
+def _settings_params(settings: Mapping[str, str]) -> dict[str, str]:
+    params = {}
+    for i, (name, value) in enumerate(settings.items()):
+        params[f"cfg_n{i}"], params[f"cfg_v{i}"] = name, value
+    return params
+
+
+def settings_statement(settings: Mapping[str, str]) -> Sql | None:
+    """A statement of its own applying ``settings`` for the rest of the transaction
+    (None if there are none)."""
+    if not settings:
+        return None
+    return Sql(f"SELECT {_set_config(len(settings))}", _settings_params(settings))
+
+
+# --- the keyword query -----------------------------------------------------------------
+def keyword_statement(agent_id: str, words: str, filters: Filters, per_retriever: int, *,
+                      search: KeywordSearch, settings_after: Mapping[str, str]) -> Sql:
+    """The keyword query (``words``: ``keywords.query_words``, not empty). Its
+    trailing condition also applies ``settings_after`` for the rest of the transaction:
+    an uncorrelated condition, evaluated once, before the first row, even when the
+    keyword side finds nothing; it saves the candidate query's settings a round trip."""
+    params = {"agent_id": agent_id, "k": per_retriever, "words": words, **filters.params(),
+              **_settings_params(settings_after)}
+    return Sql(_keyword_text(filters.sql(), search, len(settings_after)), params)
+
+
+@lru_cache(maxsize=64)
+def _keyword_text(where: str, search: KeywordSearch, settings_count: int) -> str:
+    ctes = keywords.large_cte(where) if search == "index" else keywords.small_cte(where)
+    sql = f"WITH {ctes} SELECT id, rank, pos FROM kw"
+    if settings_count:
+        sql += f" WHERE (SELECT {_set_config(settings_count)}) IS NOT NULL"
+    return sql
+
+
+# --- the candidate query -----------------------------------------------------------
+def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit],
+                        filters: Filters, per_retriever: int, *,
+                        search: VectorSearch) -> Sql:
+    """The vector side's rows, then the keyword side's ``hits`` it did not find (their
+    rows looked up by id). The vector side's rows come straight from its scan, not
+    looked up again. Needs ``vector_settings`` applied first."""
+    params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever,
+              "kw_ids": [h.id for h in hits], "kw_ranks": [h.rank for h in hits],
+              "kw_pos": [h.pos for h in hits], **filters.params()}
+    return Sql(_candidate_text(filters.sql(), search), params)
+
+
+@lru_cache(maxsize=64)
+def _candidate_text(where: str, search: VectorSearch) -> str:
+    vec = _hnsw_vector_cte(where) if search == "hnsw" else _exact_vector_cte(where)
+    return f"""
+        WITH {vec},
+        kw AS (
+            SELECT * FROM unnest(CAST(:kw_ids AS uuid[]), CAST(:kw_ranks AS float8[]),
+                                 CAST(:kw_pos AS bigint[])) AS k(id, rank, pos))
+        SELECT {select_list("v")}, 1 - v.dist AS semantic, coalesce(kw.rank, 0) AS keyword_raw,
+               v.pos AS vector_rank, kw.pos AS keyword_rank
+        FROM vec v LEFT JOIN kw ON kw.id = v.id
+        UNION ALL
+        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), kw.rank, NULL, kw.pos
+        FROM kw JOIN memories m ON m.id = kw.id AND m.agent_id = :agent_id
+        WHERE kw.id NOT IN (SELECT id FROM vec)
+    """
+
+
+def _hnsw_vector_cte(where: str) -> str:
+    """The agent's nearest memories through the HNSW index (iterative scan)."""
+    return f"""vec AS MATERIALIZED (
+            SELECT v.*, row_number() OVER () AS pos
+            FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
+                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
+                  ORDER BY m.embedding <=> CAST(:qv AS vector) LIMIT :k) v)"""
+
+
+def _exact_vector_cte(where: str) -> str:
+    """Exact kNN over the agent's rows, reached through the agent_id btree."""
+    return f"""vec AS MATERIALIZED (
+            SELECT v.*, row_number() OVER (ORDER BY v.dist, v.id) AS pos
+            FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
+                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
+                  ORDER BY dist, m.id LIMIT :k) v)"""
