@@ -5,7 +5,7 @@ A memory's keyword score is the sum of the inverse document frequencies (BM25's
 over the agent's own memories. Two plans, by the agent's size (``KEYWORD_SCAN_MAX``):
 scan the agent's rows (``small_cte``), or search the GIN index keyed by (agent, lexeme)
 within bounds (``large_cte``). Each returns CTEs ending in ``kw (id, rank, pos)`` for
-``recall.keyword_sql``.
+``recall_sql.keyword_statement``.
 """
 
 from __future__ import annotations

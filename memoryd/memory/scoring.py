@@ -55,8 +55,8 @@ def components(candidates: Sequence[Candidate], now: datetime) -> list[Parts]:
     """Each candidate's components. Semantic and keyword are both relative to the best
     candidate (its cosine, clipped to 0..1, and its keyword score are 1.0): the two
     retrievers' raw scores live on different scales (MiniLM cosines of related texts
-    sit between about 0.2 and 0.7), and normalizing only one of them let the other
-    count for less than its weight (measured on LoCoMo, see bench/README.md)."""
+    sit far below 1), and normalizing only one of them let the other count for less
+    than its weight (see the LoCoMo results in bench/README.md)."""
     best_semantic = max((_clip(c.semantic) for c in candidates), default=0.0)
     best_keyword = max((c.keyword_raw for c in candidates), default=0.0)
     return [

@@ -1,0 +1,178 @@
+"""Unit tests of recall's scoring rules (``memoryd.memory.scoring``) and ranking
+(``memoryd.memory.ranking``): plain Python over hand-made candidates and a fixed clock,
+no database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from memoryd import clock
+from memoryd.config import Settings
+from memoryd.memory import ranking, scoring
+from memoryd.memory.scoring import Candidate, Parts
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+WEIGHTS = {"semantic": 0.5, "keyword": 0.25, "recency": 0.1, "importance": 0.1,
+           "confidence": 0.05}
+
+
+def _row(*, category: str = "fact", age_days: float = 0.0, importance: float = 0.5,
+         confidence: float = 1.0, **extra: Any) -> dict[str, Any]:
+    created = NOW - timedelta(days=age_days)
+    return {"id": uuid.uuid4(), "agent_id": "a", "content": "c", "role": None,
+            "session_id": None, "key": None, "category": category, "tags": [],
+            "source": None, "metadata": None, "importance": importance,
+            "confidence": confidence, "pinned": False, "access_count": 0,
+            "last_accessed_at": None, "created_at": created, "updated_at": created,
+            "expires_at": None, "archived_at": None, **extra}
+
+
+def _candidate(semantic: float = 0.5, keyword_raw: float = 0.0,
+               vector_rank: int | None = None, keyword_rank: int | None = None,
+               **row: Any) -> Candidate:
+    return Candidate(row=_row(**row), semantic=semantic, keyword_raw=keyword_raw,
+                     vector_rank=vector_rank, keyword_rank=keyword_rank)
+
+
+# --- recency ------------------------------------------------------------------------
+@pytest.mark.parametrize(("category", "half_life"), [
+    ("task", 7), ("event", 14), ("fact", 30), ("reflection", 60), ("preference", 90)])
+def test_recency_halves_every_half_life_of_the_category(category: str,
+                                                         half_life: float) -> None:
+    def at(days: float) -> float:
+        return scoring.recency(NOW - timedelta(days=days), category, NOW)
+
+    assert at(0) == 1.0
+    assert at(half_life) == pytest.approx(0.5)
+    assert at(2 * half_life) == pytest.approx(0.25)
+
+
+def test_a_decision_never_loses_recency() -> None:
+    assert scoring.recency(NOW - timedelta(days=3650), "decision", NOW) == 1.0
+
+
+def test_a_memory_dated_in_the_future_counts_as_new() -> None:
+    assert scoring.recency(NOW + timedelta(days=5), "task", NOW) == 1.0
+
+
+# --- components ---------------------------------------------------------------------
+def test_semantic_and_keyword_are_relative_to_the_best_candidate() -> None:
+    parts = scoring.components([_candidate(semantic=0.6, keyword_raw=4.0),
+                                _candidate(semantic=0.3, keyword_raw=1.0)], NOW)
+    assert (parts[0].semantic, parts[0].keyword) == (1.0, 1.0)
+    assert parts[1].semantic == pytest.approx(0.5)
+    assert parts[1].keyword == pytest.approx(0.25)
+
+
+def test_negative_cosines_are_clipped_to_zero() -> None:
+    parts = scoring.components([_candidate(semantic=0.4), _candidate(semantic=-0.2)], NOW)
+    assert parts[1].semantic == 0.0
+
+
+def test_without_any_keyword_match_every_keyword_component_is_zero() -> None:
+    parts = scoring.components([_candidate(), _candidate(semantic=0.1)], NOW)
+    assert [p.keyword for p in parts] == [0.0, 0.0]
+
+
+def test_priors_come_from_the_row_and_the_clock() -> None:
+    (parts,) = scoring.components([_candidate(category="task", age_days=7,
+                                              importance=0.8, confidence=0.6)], NOW)
+    assert parts.recency == pytest.approx(0.5)
+    assert (parts.importance, parts.confidence) == (0.8, 0.6)
+
+
+def test_no_candidates_have_no_components() -> None:
+    assert scoring.components([], NOW) == []
+
+
+# --- the weighted blend --------------------------------------------------------------
+def test_the_weighted_score_is_the_sum_of_weight_times_component() -> None:
+    parts = Parts(semantic=1.0, keyword=0.5, recency=0.25, importance=0.8, confidence=1.0)
+    expected = 0.5 * 1.0 + 0.25 * 0.5 + 0.1 * 0.25 + 0.1 * 0.8 + 0.05 * 1.0
+    assert scoring.weighted(parts, scoring.weight_vector(WEIGHTS)) == pytest.approx(expected)
+
+
+def test_the_weight_vector_follows_the_order_of_the_components() -> None:
+    vector = scoring.weight_vector({**WEIGHTS, "keyword": 0.9})
+    assert vector.keyword == 0.9 and vector.semantic == 0.5
+    assert vector._fields == Parts._fields
+
+
+# --- reciprocal-rank fusion --------------------------------------------------------
+def _no_priors() -> Parts:
+    return Parts(semantic=0.0, keyword=0.0, recency=0.0, importance=0.0, confidence=0.0)
+
+
+def test_first_in_both_lists_scores_one_plus_a_tiny_prior() -> None:
+    first = _candidate(vector_rank=1, keyword_rank=1)
+    assert scoring.rrf(first, _no_priors(), WEIGHTS) == pytest.approx(1.0)
+    full = Parts(semantic=0.0, keyword=0.0, recency=1.0, importance=1.0, confidence=1.0)
+    assert scoring.rrf(first, full, WEIGHTS) == pytest.approx(
+        1.0 + scoring.PRIOR_TIE_BREAK * (0.1 + 0.1 + 0.05))
+
+
+def test_rrf_sums_each_list_by_its_weight_over_k_plus_rank() -> None:
+    only_vector = _candidate(vector_rank=3)
+    best = (0.5 + 0.25) / (scoring.RRF_K + 1)
+    assert scoring.rrf(only_vector, _no_priors(), WEIGHTS) == pytest.approx(
+        0.5 / (scoring.RRF_K + 3) / best)
+    assert scoring.rrf(_candidate(), _no_priors(), WEIGHTS) == 0.0
+
+
+def test_priors_only_break_ties_in_rrf() -> None:
+    """Full priors on the second in both lists do not lift it above the first."""
+    full = Parts(semantic=0.0, keyword=0.0, recency=1.0, importance=1.0, confidence=1.0)
+    first = scoring.rrf(_candidate(vector_rank=1, keyword_rank=1), _no_priors(), WEIGHTS)
+    second = scoring.rrf(_candidate(vector_rank=2, keyword_rank=2), full, WEIGHTS)
+    assert second < first
+
+
+def test_rrf_without_retriever_weights_scores_only_the_priors() -> None:
+    weights = {**WEIGHTS, "semantic": 0.0, "keyword": 0.0}
+    full = Parts(semantic=0.0, keyword=0.0, recency=1.0, importance=1.0, confidence=1.0)
+    assert scoring.rrf(_candidate(vector_rank=1, keyword_rank=1), full, weights) == \
+        pytest.approx(scoring.PRIOR_TIE_BREAK * 0.25)
+
+
+# --- session context --------------------------------------------------------------
+def test_with_context_lends_own_scores_not_final_scores() -> None:
+    """In a run a - b - c, b lends its own score to a and c, not the one a and c
+    raised: a run of adjacent turns cannot pump itself up."""
+    own = {"a": 0.2, "b": 0.9, "c": 0.4}
+    neighbours = {"a": ["b"], "b": ["a", "c"], "c": ["b"]}
+    out = scoring.with_context(own, neighbours, 0.5)
+    assert out["b"] == pytest.approx((0.9 + 0.5 * 0.4, 0.4))  # the best neighbour's own
+    assert out["a"] == pytest.approx((0.2 + 0.5 * 0.9, 0.9))
+    assert out["c"] == pytest.approx((0.4 + 0.5 * 0.9, 0.9))
+
+
+def test_a_candidate_without_neighbours_keeps_its_own_score() -> None:
+    out = scoring.with_context({"a": 0.3, "b": 0.6}, {"b": ["x"]}, 0.5)
+    assert out == {"a": (0.3, 0.0), "b": (0.6, 0.0)}  # "x" is no candidate
+    assert scoring.with_context({"a": 0.3}, {}, 0.5) == {"a": (0.3, 0.0)}
+
+
+# --- ranking ------------------------------------------------------------------------
+@pytest.fixture
+def fixed_clock() -> Iterator[None]:
+    clock.set_clock(lambda: NOW)
+    yield
+    clock.set_clock(None)
+
+
+def test_ranking_reads_memoryds_clock(fixed_clock: None) -> None:
+    """A 7-day-old task has half its recency at the (fixed) time memoryd's clock says."""
+    (hit,) = ranking.rank([_candidate(category="task", age_days=7)], {}, Settings())
+    assert hit.components.recency == pytest.approx(0.5)
+
+
+def test_ranking_orders_best_first_and_keeps_only_the_first(fixed_clock: None) -> None:
+    found = [_candidate(semantic=0.2), _candidate(semantic=0.8), _candidate(semantic=0.5)]
+    hits = ranking.rank(found, {}, Settings(), keep=2)
+    assert [h.id for h in hits] == [found[1].row["id"], found[2].row["id"]]
+    assert hits[0].score > hits[1].score
