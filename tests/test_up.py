@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import pwd
 import queue
 import re
@@ -192,11 +193,16 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
 
 
 def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
-    """A supervisor (systemd, docker) signals only the main process."""
+    """A supervisor (systemd, docker) signals only the main process. Started on a
+    terminal (a pty): memoryd up and the children that inherit it log console lines."""
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    leader, follower = pty.openpty()
     up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, start_new_session=True)
+                          stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                          start_new_session=True)
+    os.close(follower)
+    screen = open(leader, errors="replace")  # noqa: SIM115 - closed below
+    terminal = _Lines(screen)
     try:
         runtime_file = up_dir / "runtime.json"
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -206,15 +212,24 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         time.sleep(0.2)
         runtime = json.loads(runtime_file.read_text())
         assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat"}
+        while not any("memory@" in line and "ready" in line for line in terminal.seen):
+            terminal.next(timeout=max(0.1, deadline - time.monotonic()))  # a worker's line
         up.send_signal(signal.SIGTERM)
         assert up.wait(STOP_TIMEOUT_S) == 0
         time.sleep(0.5)
         left = _processes_of(up_dir, set(runtime["children"].values()))
         assert left == [], [(p.pid, p.cmdline()) for p in left]
+        plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in terminal.seen]  # colours
+        logged = [line for line in plain
+                  if "embedded_postgres.started" in line or "ready" in line]
+        assert len(logged) >= 2, terminal.seen
+        for line in logged:
+            assert "[info " in line and not line.lstrip().startswith("{"), line
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
             up.wait()
+        screen.close()
 
 
 def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
