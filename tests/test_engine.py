@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
+from memoryd.config import override_settings
 from memoryd.db import engine as engine_mod
 from memoryd.db.engine import make_engine, session_scope
 
@@ -53,3 +55,25 @@ def test_a_connection_in_steady_use_is_not_pinged(
         _backend_pid(one_connection)
     assert _backend_pid(one_connection) != first
 
+
+
+def test_database_url_uses_the_embedded_postgres_until_released(tmp_path: Path) -> None:
+    """Without MEMORYD_DATABASE_URL, ``database_url()`` starts the embedded server and
+    counts this process among its users; ``release_used()`` stops it, unless another
+    user (here a second holder of the same data directory) still needs it."""
+    from memoryd.embedded import postgres
+
+    server = postgres.EmbeddedPostgres(tmp_path / "postgres")
+    try:
+        with override_settings(data_dir=str(tmp_path), database_url=None):
+            url = engine_mod.database_url()
+        assert url == server.url() and server.is_running()
+
+        other = postgres.EmbeddedPostgres(server.data_dir)
+        other.use()  # a second user: `memoryd up`, `memoryd run`, another command
+        postgres.release_used()
+        assert server.is_running()  # not stopped from under the other user
+        assert other.release()  # the last user out stops it
+        assert not server.is_running()
+    finally:
+        server.stop()
