@@ -126,9 +126,8 @@ class Stack:
                               check=False, **self._run_as)  # type: ignore[call-overload]
         if done.returncode != 0:
             sys.stderr.write(done.stderr)
-            hint = (f" (run as the {SERVICE_USER!r} user: it must be able to read "
-                    f"{sys.prefix} and memoryd's files; or run memoryd up as a normal user)"
-                    if self._run_as else "")
+            hint = (f" (they ran as the {SERVICE_USER!r} user, who must be able to read "
+                    f"{sys.prefix} and memoryd's files)" if self._run_as else "")
             raise EmbeddedServiceError(f"migrations failed{hint}")
 
     def _commands(self) -> dict[str, list[str]]:

@@ -7,9 +7,9 @@ runs; the port is remembered next to it.
 
 A memoryd process that uses the server (``use``) holds a shared lock on ``users.lock``
 beside it until it exits or calls ``release``; the last user to release stops the
-server. So ``memoryd run`` stops on Ctrl-C what it started, a one-off command stops
-the server it started unless ``memoryd up`` or another command uses it meanwhile, and
-none of them stops a server from under another.
+server, whoever started it. So ``memoryd run`` stops on Ctrl-C what it started, a
+one-off command stops the server it started unless ``memoryd up`` or another command
+uses it meanwhile, and none of them stops a server from under another.
 """
 
 from __future__ import annotations
