@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import structlog
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -18,7 +17,7 @@ from memoryd import validation as check
 from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
-from memoryd.errors import NotFound, ValidationError
+from memoryd.errors import NotFound
 from memoryd.memory import graph, ranking, recall, sessions, writes
 from memoryd.memory.embeddings import (
     Embedder,
@@ -38,8 +37,6 @@ from memoryd.types import (
     StoreItem,
     StoreResult,
 )
-
-log = structlog.get_logger(__name__)
 
 
 class MemoryStore:
@@ -136,8 +133,7 @@ class MemoryStore:
         agent = check.agent_id(agent_id)
         text_query = check.query(query)
         check.limit(limit)
-        if mode not in ("fast", "deep"):
-            raise ValidationError("mode", f"must be 'fast' or 'deep', got {mode!r}")
+        check.mode(mode)
         filters = recall.Filters(category=check.category(category), tags=check.tags(tags),
                                  session_id=check.short_text("session_id", session_id),
                                  include_archived=bool(include_archived))
