@@ -12,10 +12,6 @@ from functools import partial
 from typing import Any
 
 import pytest
-from maint_helpers import FakeLLM as SharedFakeLLM
-from maint_helpers import frozen_clock
-from maint_helpers import memory_row as _row
-from maint_helpers import scalar as _scalar
 from sqlalchemy import text
 
 from memoryd.errors import LLMUnavailable
@@ -23,6 +19,10 @@ from memoryd.memory.maintenance import run_job
 from memoryd.memory.maintenance.new_memories import bounded
 from memoryd.memory.maintenance.summarize import chunk_sizes
 from memoryd.memory.store import MemoryStore
+from tests.support.maint import FakeLLM as SharedFakeLLM
+from tests.support.maint import frozen_clock
+from tests.support.maint import memory_row as _row
+from tests.support.maint import scalar as _scalar
 
 AGENT = "agent-sum"
 OTHER = "agent-sum-other"

@@ -302,25 +302,6 @@ def test_asyncio_astore_and_arecall(client: MemoryClient, agent_id: str) -> None
 # --- JSON only --------------------------------------------------------------------------
 
 
-def test_worker_app_accepts_json_only() -> None:
-    from memoryd.worker import app
-
-    assert list(app.conf.accept_content) == ["json"]
-    assert list(app.conf.result_accept_content) == ["json"]
-    assert app.conf.task_serializer == "json"
-    assert app.conf.result_serializer == "json"
-
-
-def test_only_maintenance_tasks_report_a_started_state() -> None:
-    from memoryd.tasks import maintenance, memory  # noqa: F401 - registers the tasks
-    from memoryd.worker import app
-
-    started = {name for name, task in app.tasks.items()
-               if name.startswith("memoryd.") and task.track_started}
-    assert started == {f"memoryd.maintenance.{job}" for job in maintenance.TASKS}
-    assert app.tasks["memoryd.recall"].track_started is False
-
-
 def test_a_pickled_message_is_never_executed(worker_broker_url: str, store: MemoryStore,
                                              client: MemoryClient, agent_id: str,
                                              worker: Any) -> None:
@@ -490,22 +471,6 @@ def _lock_waiters(store: MemoryStore) -> int:
         return int(session.execute(text(
             "SELECT count(*) FROM pg_locks WHERE NOT granted "
             "AND relation = 'memories'::regclass")).scalar_one())
-
-
-def test_worker_config_sweeps_for_lost_messages() -> None:
-    from memoryd.config import override_settings
-    from memoryd.worker.app import worker_config
-
-    with override_settings(visibility_timeout_s="5", task_time_limit_s="4",
-                           task_soft_time_limit_s="3") as settings:
-        options = worker_config(settings)["broker_transport_options"]
-    assert options["visibility_timeout"] == 5
-    assert options["unacked_restore_throttle"] == 1
-    assert options["unacked_restore_interval"] == 1
-    assert options["unacked_mutex_expire"] <= 5
-    with override_settings(visibility_timeout_s="600") as settings:
-        options = worker_config(settings)["broker_transport_options"]
-    assert options["unacked_restore_interval"] == 10
 
 
 PRELOAD_MEMORY_DB, PRELOAD_MAINTENANCE_DB = 10, 11  # the preload test's broker databases

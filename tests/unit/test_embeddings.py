@@ -4,7 +4,6 @@ the int8 rendition of the wheel's model is derived once, cached, and stays close
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -54,45 +53,3 @@ def test_int8_vectors_stay_close_to_the_wheel_model(tmp_path: Path, threads: int
     assert np.argmax(np.triu(a @ a.T, 1)) == np.argmax(np.triu(b @ b.T, 1))
 
 
-def test_recall_queries_use_the_int8_rendition_by_default(pg_url: str) -> None:
-    """Stored memories keep the wheel's model; queries go through the int8 rendition,
-    whose vectors stay within a few percent cosine of it."""
-    from memoryd.config import override_settings
-    from memoryd.memory.embeddings import get_query_embedder
-    from memoryd.memory.store import MemoryStore
-
-    store = MemoryStore(pg_url)
-    try:
-        query, stored = store.query_embedder, store.embedder
-        assert getattr(query, "int8", None) is True
-        assert getattr(stored, "int8", None) is False
-        text = "Which food allergies does the user have?"
-        assert float(query.embed([text])[0] @ stored.embed([text])[0]) > 0.97
-    finally:
-        store.engine.dispose()
-    with override_settings(query_embed_int8="false"):
-        assert get_query_embedder() is MemoryStore(pg_url).embedder
-
-
-def test_an_injected_embedder_also_embeds_queries_unless_one_is_given(
-        store: object, pg_url: str) -> None:
-    from memoryd.memory.embeddings import get_embedder
-    from memoryd.memory.store import MemoryStore
-
-    calls: list[list[str]] = []
-
-    class Recording:
-        dim = 384
-
-        def embed(self, texts: Any) -> Any:
-            calls.append(list(texts))
-            return get_embedder().embed(texts)
-
-    recording = Recording()
-    assert MemoryStore(pg_url, embedder=recording).query_embedder is recording
-    recalling = MemoryStore(pg_url, embedder=get_embedder(), query_embedder=recording)
-    try:
-        recalling.recall("agent-query-embedder", "What is the capital of Peru?")
-        assert calls == [["What is the capital of Peru?"]]
-    finally:
-        recalling.engine.dispose()

@@ -23,7 +23,7 @@ from memoryd.memory.maintenance.index_agents import (
     plan,
 )
 from memoryd.memory.store import MemoryStore
-from tests.maint_helpers import bulk_insert, run
+from tests.support.maint import bulk_insert, run
 
 BIG, SMALL = "agent-big", "agent-small"
 

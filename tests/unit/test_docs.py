@@ -8,7 +8,7 @@ from pathlib import Path
 from memoryd.config import Settings
 from memoryd.schedules.table import DEFAULT_SCHEDULE
 
-README = (Path(__file__).parents[1] / "README.md").read_text()
+README = (Path(__file__).parents[2] / "README.md").read_text()
 
 
 def test_every_setting_is_documented() -> None:
@@ -34,5 +34,5 @@ def test_schedule_table_matches_code() -> None:
 
 def test_readme_states_the_two_commands() -> None:
     assert "./dev up" in README and "./dev test" in README
-    ci = (Path(__file__).parents[1] / ".ci" / "run").read_text()
+    ci = (Path(__file__).parents[2] / ".ci" / "run").read_text()
     assert "./dev test" in ci

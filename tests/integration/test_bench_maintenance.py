@@ -4,18 +4,13 @@ every job and its bare statement run, change the same rows, and are reported."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 # bench/ is not an installed package: make the repository root importable however
 # pytest was started.
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from bench import maintenance  # noqa: E402
+from bench import maintenance
 
 
 def test_expected_rows_shape() -> None:

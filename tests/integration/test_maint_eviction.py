@@ -11,7 +11,12 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from maint_helpers import (
+from sqlalchemy import text
+
+from memoryd.errors import ValidationError
+from memoryd.memory.maintenance import restore, run_job
+from memoryd.memory.store import MemoryStore
+from tests.support.maint import (
     add,
     bulk_insert,
     count,
@@ -21,11 +26,6 @@ from maint_helpers import (
     run_evict_in_child,
     snapshot,
 )
-from sqlalchemy import text
-
-from memoryd.errors import ValidationError
-from memoryd.memory.maintenance import restore, run_job
-from memoryd.memory.store import MemoryStore
 
 
 def _retention_fixture(store: MemoryStore) -> dict[str, uuid.UUID]:

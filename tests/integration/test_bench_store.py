@@ -4,17 +4,11 @@ worker's batched store path it measures are tested in test_worker_batching.py.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-# bench/ is not an installed package: make the repository root importable.
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from bench import store as bench_store  # noqa: E402
+from bench import store as bench_store
 
 
 def test_make_texts_is_deterministic_and_distinct() -> None:

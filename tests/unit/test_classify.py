@@ -1,31 +1,12 @@
-"""The category and importance heuristics, alone and as ``store`` defaults."""
+"""The category and importance heuristics (``memory.classify``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from memoryd.memory import classify
-from memoryd.memory.store import MemoryStore
 from memoryd.types import CATEGORIES, ROLES
-
-EXAMPLES: dict[str, tuple[str, ...]] = {
-    "decision": ("We decided to deploy on Kubernetes from now on.",
-                 "After the review we agreed to drop the legacy API."),
-    "preference": ("I prefer dark roast coffee in the morning.",
-                   "The user hates loud open-plan offices."),
-    "task": ("Remind me to renew my passport by Friday.",
-             "I need to send the invoice before the deadline."),
-    "event": ("Yesterday I attended the product launch meeting.",
-              "We went to the Lisbon conference last week."),
-    "reflection": ("In hindsight, I realized we should have tested earlier.",
-                   "One lesson learned: small batches ship faster."),
-    "summary": ("Summary: the user set up the dev environment and fixed two bugs.",
-                "In summary, overall the migration went smoothly."),
-    "context": ("Currently working on the billing service refactor.",
-                "Right now the user is debugging a flaky CI pipeline."),
-    "fact": ("My name is Alice and I live in Lisbon.",
-             "The capital of Australia is Canberra."),
-}
+from tests.support.classify_examples import EXAMPLES
 
 
 def test_examples_cover_every_category() -> None:
@@ -94,35 +75,3 @@ def test_importance_stays_in_the_unit_interval(content: str, role: str | None,
     assert 0.0 <= classify.importance(content, role, category) <= 1.0
 
 
-def test_store_fills_category_and_importance_when_missing(store: MemoryStore) -> None:
-    content = EXAMPLES["preference"][0]
-    result = store.store("agent-classify", content, role="user")
-    memory = store.get("agent-classify", result.id)
-    assert memory.category == "preference"
-    assert memory.importance == pytest.approx(
-        classify.importance(content, "user", "preference"))
-
-    for category, texts in EXAMPLES.items():
-        stored = store.store("agent-classify-all", texts[1])
-        assert store.get("agent-classify-all", stored.id).category == category
-
-
-def test_store_keeps_explicit_category_and_importance(store: MemoryStore) -> None:
-    content = EXAMPLES["decision"][0]
-    result = store.store("agent-classify", content, role="user", category="event",
-                         importance=0.05)
-    memory = store.get("agent-classify", result.id)
-    assert memory.category == "event"
-    assert memory.importance == pytest.approx(0.05)
-
-    zero = store.store("agent-classify", "A memory that does not matter at all.",
-                       importance=0.0)
-    assert store.get("agent-classify", zero.id).importance == 0.0
-
-    only_category = store.store("agent-classify", EXAMPLES["task"][0], role="user",
-                                category="fact")
-    memory = store.get("agent-classify", only_category.id)
-    assert memory.category == "fact"
-    # importance is derived with the explicit category, not the guessed one
-    assert memory.importance == pytest.approx(
-        classify.importance(EXAMPLES["task"][0], "user", "fact"))

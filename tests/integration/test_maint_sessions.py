@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from maint_helpers import FakeLLM, frozen_clock, scalar
-from maint_helpers import memory_row as _memory
 from sqlalchemy import text
 
 from memoryd.errors import LLMUnavailable, ValidationError
@@ -28,6 +26,8 @@ from memoryd.memory.maintenance.compact_sessions import SUMMARY_PREFIX
 from memoryd.memory.maintenance.repair_phases import TRUNCATION_MARKER
 from memoryd.memory.store import MemoryStore
 from memoryd.memory.writes import content_hash
+from tests.support.maint import FakeLLM, frozen_clock, scalar
+from tests.support.maint import memory_row as _memory
 
 AGENT = "agent-sess"
 OTHER = "agent-sess-other"

@@ -7,7 +7,13 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from maint_helpers import (
+from sqlalchemy import text
+
+from memoryd.errors import ValidationError
+from memoryd.memory.maintenance import heap, restore, run_job
+from memoryd.memory.maintenance.sql import NIL_UUID
+from memoryd.memory.store import MemoryStore
+from tests.support.maint import (
     add,
     bulk_insert,
     clock_at,
@@ -20,12 +26,6 @@ from maint_helpers import (
     snapshot,
     update,
 )
-from sqlalchemy import text
-
-from memoryd.errors import ValidationError
-from memoryd.memory.maintenance import heap, restore, run_job
-from memoryd.memory.maintenance.sql import NIL_UUID
-from memoryd.memory.store import MemoryStore
 
 IDLE = days_ago(10)
 

@@ -5,17 +5,12 @@ and floor measurements, EXPLAIN, and the JSON / PNG reports."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from bench import recall as bench_recall  # noqa: E402
-from bench import scale  # noqa: E402
+from bench import recall as bench_recall
+from bench import scale
 
 
 def test_sentences_are_deterministic_distinct_and_unlike_queries() -> None:

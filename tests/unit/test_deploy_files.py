@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 PROCFILE = ROOT / "Procfile"
 DOCKERFILE = ROOT / "Dockerfile"

@@ -13,13 +13,13 @@ from functools import partial
 from typing import Any
 
 import pytest
-from maint_helpers import FakeLLM as SharedFakeLLM
-from maint_helpers import frozen_clock
 from sqlalchemy import text
 
 from memoryd.errors import LLMUnavailable
 from memoryd.memory.maintenance import run_job
 from memoryd.memory.store import MemoryStore
+from tests.support.maint import FakeLLM as SharedFakeLLM
+from tests.support.maint import frozen_clock
 
 AGENT = "agent-cortex"
 OTHER = "agent-cortex-other"

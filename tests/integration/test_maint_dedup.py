@@ -6,7 +6,12 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from maint_helpers import (
+from sqlalchemy import text
+
+from memoryd.memory.maintenance import JobContext, deduplicate, restore
+from memoryd.memory.maintenance.sql import NIL_UUID
+from memoryd.memory.store import MemoryStore
+from tests.support.maint import (
     add,
     bulk_insert,
     count,
@@ -19,11 +24,6 @@ from maint_helpers import (
     snapshot,
     update,
 )
-from sqlalchemy import text
-
-from memoryd.memory.maintenance import JobContext, deduplicate, restore
-from memoryd.memory.maintenance.sql import NIL_UUID
-from memoryd.memory.store import MemoryStore
 
 
 def _group(store: MemoryStore, agent: str, texts: list[str],

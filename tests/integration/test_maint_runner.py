@@ -4,11 +4,11 @@ an unknown job is refused before anything is recorded."""
 from __future__ import annotations
 
 import pytest
-from maint_helpers import bulk_insert, count, scalar
 
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance import run_to_completion
 from memoryd.memory.store import MemoryStore
+from tests.support.maint import bulk_insert, count, scalar
 
 
 def test_run_to_completion_runs_until_the_work_is_done(store: MemoryStore) -> None:

@@ -1,0 +1,38 @@
+"""The Celery configuration workers run with: JSON only, late acks, redelivery sweeps."""
+
+from __future__ import annotations
+
+
+def test_worker_app_accepts_json_only() -> None:
+    from memoryd.worker import app
+
+    assert list(app.conf.accept_content) == ["json"]
+    assert list(app.conf.result_accept_content) == ["json"]
+    assert app.conf.task_serializer == "json"
+    assert app.conf.result_serializer == "json"
+
+
+def test_only_maintenance_tasks_report_a_started_state() -> None:
+    from memoryd.tasks import maintenance, memory  # noqa: F401 - registers the tasks
+    from memoryd.worker import app
+
+    started = {name for name, task in app.tasks.items()
+               if name.startswith("memoryd.") and task.track_started}
+    assert started == {f"memoryd.maintenance.{job}" for job in maintenance.TASKS}
+    assert app.tasks["memoryd.recall"].track_started is False
+
+
+def test_worker_config_sweeps_for_lost_messages() -> None:
+    from memoryd.config import override_settings
+    from memoryd.worker.app import worker_config
+
+    with override_settings(visibility_timeout_s="5", task_time_limit_s="4",
+                           task_soft_time_limit_s="3") as settings:
+        options = worker_config(settings)["broker_transport_options"]
+    assert options["visibility_timeout"] == 5
+    assert options["unacked_restore_throttle"] == 1
+    assert options["unacked_restore_interval"] == 1
+    assert options["unacked_mutex_expire"] <= 5
+    with override_settings(visibility_timeout_s="600") as settings:
+        options = worker_config(settings)["broker_transport_options"]
+    assert options["unacked_restore_interval"] == 10
