@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,3 +258,15 @@ def test_visibility_timeout_must_exceed_task_time_limit() -> None:
     with pytest.raises(ConfigError, match="visibility_timeout_s must exceed task_time_limit_s"), \
             override_settings(visibility_timeout_s="60", task_time_limit_s="300"):
         pass
+
+
+def test_memoryd_runs_as_a_file_as_celery_restarts_it() -> None:
+    """A worker given SIGHUP off a terminal re-executes ``python .../memoryd/__main__.py``;
+    memoryd's logging module must not shadow the standard library's then."""
+    import memoryd
+
+    main_file = Path(memoryd.__file__).parent / "__main__.py"
+    done = subprocess.run([sys.executable, str(main_file), "--help"], capture_output=True,
+                          text=True, timeout=60, check=False, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: memoryd")

@@ -308,9 +308,15 @@ def _postgres_of(data_dir: Path) -> list[psutil.Process]:
     return [p for p in _processes_of(data_dir, set()) if "postgres" in " ".join(p.cmdline())]
 
 
-def test_run_and_one_off_commands_stop_the_embedded_postgres_they_use(up_dir: Path) -> None:
+@pytest.mark.parametrize(("stop", "group"), [
+    (signal.SIGINT, True),  # Ctrl-C in a terminal: the whole foreground process group
+    (signal.SIGTERM, False),  # a supervisor
+    (signal.SIGHUP, True),  # the terminal closed
+], ids=["ctrl-c", "sigterm", "sighup"])
+def test_run_and_one_off_commands_stop_the_embedded_postgres_they_use(
+        up_dir: Path, stop: signal.Signals, group: bool) -> None:
     """The last memoryd process using the embedded PostgreSQL stops it: a one-off command
-    that started it, or ``memoryd run`` on Ctrl-C; never from under another user."""
+    that started it, or ``memoryd run`` when it stops; never from under another user."""
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     env.pop("XDG_RUNTIME_DIR", None)  # platformdirs would warn on every command
 
@@ -338,7 +344,10 @@ def test_run_and_one_off_commands_stop_the_embedded_postgres_they_use(up_dir: Pa
         migrate()  # meanwhile: memoryd run still uses the server, so it stays up
         assert {p.pid for p in _postgres_of(up_dir)} >= {p.pid for p in serving}
 
-        os.killpg(run.pid, signal.SIGINT)  # Ctrl-C in a terminal
+        if group:
+            os.killpg(run.pid, stop)
+        else:
+            run.send_signal(stop)
         assert run.wait(STOP_TIMEOUT_S) == 0
         time.sleep(0.5)
         left = _processes_of(up_dir, {run.pid})

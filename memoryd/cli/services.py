@@ -11,6 +11,9 @@ from typing import Any
 import structlog
 
 log = structlog.get_logger(__name__)
+# Ctrl-C, a supervisor, the terminal closing: each stops a long-running command cleanly,
+# so that what it started (the embedded PostgreSQL, child processes) is stopped too.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def register(commands: Any) -> None:
@@ -97,7 +100,7 @@ def _run(_args: argparse.Namespace) -> int:
 
     # Handlers first: a SIGTERM right after start-up must stop the scheduler cleanly too.
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
     scheduler = build_scheduler(settings, functools.partial(run_to_completion, store),
                                 blocking=False)

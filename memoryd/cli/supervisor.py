@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from memoryd.cli.services import STOP_SIGNALS
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
     SERVICE_USER,
@@ -56,8 +57,10 @@ class Stack:
     def run(self) -> int:
         settings = get_settings()
         runtime = settings.runtime_file()
-        # Until the stack is up, SIGTERM stops it like Ctrl-C: through the cleanup below.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        # Until the stack is up, SIGTERM or SIGHUP stops it like Ctrl-C: through the cleanup
+        # below.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.default_int_handler)
         try:
             database_url = self._database()
             broker_url = self._broker()
@@ -147,9 +150,12 @@ class Stack:
         return commands
 
     def _start_children(self, env: dict[str, str]) -> None:
+        # Each in a process group of its own: Ctrl-C and a closing terminal signal this
+        # process alone, which stops the children with SIGTERM, Celery's warm shutdown
+        # (a worker off a terminal would take SIGHUP as an order to restart itself).
         for name, command in self._commands().items():
             self.children[name] = subprocess.Popen(  # type: ignore[call-overload]
-                command, env=env, stdin=subprocess.DEVNULL, **self._run_as)
+                command, env=env, stdin=subprocess.DEVNULL, process_group=0, **self._run_as)
             log.info("up.started", process=name, pid=self.children[name].pid)
 
     def _write_runtime(self, path: Path, database_url: str, broker_url: str) -> None:
@@ -174,7 +180,7 @@ class Stack:
 
     # --- lifecycle --------------------------------------------------------------
     def _wait(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: self._stop.set())
         while not self._stop.wait(1.0):
             dead = [name for name, proc in self.children.items() if proc.poll() is not None]
