@@ -10,6 +10,8 @@ from typing import Any
 
 import structlog
 
+from memoryd.celery_config import QUEUES
+
 log = structlog.get_logger(__name__)
 # Ctrl-C, a supervisor, the terminal closing: each stops a long-running command cleanly,
 # so that what it started (the embedded PostgreSQL, child processes) is stopped too.
@@ -24,7 +26,7 @@ def register(commands: Any) -> None:
     up.set_defaults(handler=_up)
 
     worker = commands.add_parser("worker", help="run a Celery worker")
-    worker.add_argument("--queues", default="memory,maintenance",
+    worker.add_argument("--queues", default=",".join(QUEUES),
                         help="comma-separated: memory, maintenance (default both)")
     worker.add_argument("--concurrency", type=int, default=None)
     worker.add_argument("--no-migrate", action="store_true",
@@ -56,7 +58,7 @@ def _migrate(_args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
-    unknown = set(queues) - {"memory", "maintenance"}
+    unknown = set(queues) - set(QUEUES)
     if unknown:
         from memoryd.errors import ConfigError
 

@@ -66,7 +66,7 @@ class MemoryStore:
 
         server = (EmbeddedPostgres(Path(data_dir)) if data_dir is not None
                   else EmbeddedPostgres.from_settings())
-        store = cls(server.ensure_running(), **kwargs)
+        store = cls(server.use(), **kwargs)
         store._embedded = server
         return store
 
@@ -89,12 +89,12 @@ class MemoryStore:
         migrations.upgrade(self.engine)
 
     def close(self) -> None:
-        """Release connections and helper threads; stop the embedded server if this store
-        started it."""
+        """Release connections and helper threads, and the embedded server: the last
+        process using it stops it."""
         self.query_embedding.close()
         self.engine.dispose()
-        if self._embedded is not None and self._embedded.started_here:
-            self._embedded.stop()
+        if self._embedded is not None:
+            self._embedded.release()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
