@@ -44,6 +44,7 @@ from bench.common import (
     OUT_DIR,
     REPO_ROOT,
     Stopwatch,
+    Timer,
     format_table,
     machine_info,
     now_iso,
@@ -648,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or args.scale < 100:
         parser.error(f"unknown jobs {sorted(unknown)}" if unknown else "--scale must be >= 100")
 
-    started = time.perf_counter()
+    total = Timer()
     with bench_server(args.scale, args.keep) as server:
         reused = seeded_before(server, args.scale) if args.keep else None
         seeded = {**reused, "reused": True} if reused else seed(server, args.scale)
@@ -660,7 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "server_options": server_options(args.scale),
         "targets": {"seconds": TARGET_S, "ratio": TARGET_RATIO, "peak_rss_mb": TARGET_RSS_MB},
         "expected_rows": expected_rows(args.scale) if args.scale <= 2_000_000 else None,
-        "results": results, "total_s": round(time.perf_counter() - started, 1),
+        "results": results, "total_s": round(total.seconds, 1),
     }
     write_json(args.out, report)
     write_chart(args.chart, results, args.scale)

@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -38,10 +37,12 @@ from bench import scale as seeding
 from bench.common import (
     OUT_DIR,
     Stopwatch,
+    Timer,
     format_table,
     machine_info,
     now_iso,
     progress,
+    timer,
     write_json,
 )
 
@@ -76,9 +77,9 @@ def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
 def timed(fn: Callable[[str], Any], items: Sequence[str], desc: str) -> list[float]:
     out = []
     for item in progress(items, desc=desc, unit="query"):
-        start = time.perf_counter()
-        fn(item)
-        out.append((time.perf_counter() - start) * 1000)
+        with timer() as clock:
+            fn(item)
+        out.append(clock.ms)
     return out
 
 
@@ -97,9 +98,9 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
     for q in qs[:WARMUP]:
         store.query_embedder.embed([q])
     for q in progress(qs, desc=f"floor embed {agent}", unit="query"):
-        start = time.perf_counter()
-        vector = store.query_embedder.embed([q])[0]
-        embed_ms.append((time.perf_counter() - start) * 1000)
+        with timer() as clock:
+            vector = store.query_embedder.embed([q])[0]
+        embed_ms.append(clock.ms)
         vectors.append(to_pgvector(vector))
     with store.engine.connect() as conn:
         conn.execute(text("SET hnsw.iterative_scan = relaxed_order"))
@@ -109,9 +110,9 @@ def measure_floor(store: Any, agent: str, qs: Sequence[str]) -> dict[str, list[f
         for v in vectors[:WARMUP]:
             conn.execute(statement, {"a": agent, "q": v}).all()
         for v in progress(vectors, desc=f"floor sql {agent}", unit="query"):
-            start = time.perf_counter()
-            conn.execute(statement, {"a": agent, "q": v}).all()
-            sql_ms.append((time.perf_counter() - start) * 1000)
+            with timer() as clock:
+                conn.execute(statement, {"a": agent, "q": v}).all()
+            sql_ms.append(clock.ms)
         conn.rollback()
     return {"embed": embed_ms, "sql": sql_ms,
             "sum": [a + b for a, b in zip(embed_ms, sql_ms, strict=True)]}
@@ -130,23 +131,24 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
              "commit")
     parts: dict[str, list[float]] = {name: [] for name in names}
     for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
-        marks = [time.perf_counter()]
+        clock = Timer()
+        marks = [clock.seconds]
         vector = to_pgvector(store.query_embedder.embed([q])[0])
-        marks.append(time.perf_counter())
+        marks.append(clock.seconds)
         with store.session() as session:
             plan = recall_plan(store, session, agent, q)
-            marks.append(time.perf_counter())
+            marks.append(clock.seconds)
             hits = rc.keyword_hits(session, plan)
-            marks.append(time.perf_counter())
+            marks.append(clock.seconds)
             found = rc.candidates(session, plan, vector, hits)
-            marks.append(time.perf_counter())
+            marks.append(clock.seconds)
             neighbours = rc.session_neighbours(session, agent, found)
-            marks.append(time.perf_counter())
+            marks.append(clock.seconds)
             ranked = ranking.rank(found, neighbours, store.settings, keep=10)
-            marks.append(time.perf_counter())
+            marks.append(clock.seconds)
             rc.touch(session, agent, [h.memory.id for h in ranked])
-            marks.append(time.perf_counter())
-        marks.append(time.perf_counter())
+            marks.append(clock.seconds)
+        marks.append(clock.seconds)
         for name, start, end in zip(names, marks[:-1], marks[1:], strict=True):
             parts[name].append((end - start) * 1000)
     return {name: percentiles(v) for name, v in parts.items()}
@@ -169,11 +171,12 @@ def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],
     for q in qs[:count]:
         ids = [h.memory.id for h in store.recall(agent, q)]
         with store.engine.connect() as conn:
-            start = time.perf_counter()
-            conn.execute(text("UPDATE memories SET access_count = access_count + 1, "
-                              "updated_at = updated_at + interval '1 microsecond' "
-                              "WHERE agent_id = :a AND id = ANY(:ids)"), {"a": agent, "ids": ids})
-            out.append((time.perf_counter() - start) * 1000)
+            with timer() as clock:
+                conn.execute(text("UPDATE memories SET access_count = access_count + 1, "
+                                  "updated_at = updated_at + interval '1 microsecond' "
+                                  "WHERE agent_id = :a AND id = ANY(:ids)"),
+                             {"a": agent, "ids": ids})
+            out.append(clock.ms)
             conn.rollback()
     return percentiles(out)
 
@@ -257,10 +260,10 @@ def worker_client(url: str, workdir: Path) -> Iterator[Any]:
     try:
         app = Celery("bench-ping", broker=broker, set_as_current=False)
         app.conf.update(broker_connection_retry_on_startup=True, accept_content=["json"])
-        deadline = time.monotonic() + 120
+        waited = Timer()
         try:
             while not app.control.ping(timeout=0.5):
-                if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is not None or waited.seconds > 120:
                     raise RuntimeError(f"worker did not start; see {workdir / 'worker.log'}")
         finally:
             app.close()

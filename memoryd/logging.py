@@ -46,7 +46,6 @@ NOISY_LOGGERS: dict[str, int] = {
     "celery.worker.consumer.mingle": logging.WARNING,
     "celery.worker.consumer.gossip": logging.WARNING,
 }
-_configured = False
 
 
 def redact(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -131,8 +130,8 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
     """Configure structlog and the stdlib root logger; idempotent unless ``force``.
 
     ``json=None``: JSON lines unless ``stream`` (default stderr) is a terminal."""
-    global _configured  # noqa: PLW0603 - configure-once flag
-    if _configured and not force:
+    # Configured once per process: the root logger holding memoryd's handler says so.
+    if not force and any(isinstance(h, _LineHandler) for h in logging.getLogger().handlers):
         return
     out = stream or sys.stderr
     use_json = (not _is_terminal(out)) if json is None else json
@@ -157,7 +156,6 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
     root.setLevel(level.upper())
     for name, floor in NOISY_LOGGERS.items():
         logging.getLogger(name).setLevel(max(floor, root.level))
-    _configured = True
 
 
 def bind(**values: Any) -> None:

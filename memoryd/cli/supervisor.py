@@ -28,6 +28,7 @@ from memoryd.config import get_settings
 from memoryd.embedded._proc import (
     SERVICE_USER,
     hand_over,
+    hand_over_parents,
     hand_over_tree,
     run_as_service_user,
     running_as_root,
@@ -119,6 +120,10 @@ class Stack:
             hand_over_tree(data_dir / sub, user)
         for schedule in data_dir.glob("celerybeat-schedule*"):
             os.chown(schedule, user.pw_uid, user.pw_gid)
+        # The interpreter may live under a private home (pyenv in /root): let the service
+        # user through its parents, as the embedded PostgreSQL's binaries are.
+        for installed in (Path(sys.executable).resolve(), Path(sys.prefix).resolve()):
+            hand_over_parents(installed)
         return run_as_service_user()
 
     def _migrate(self, env: dict[str, str]) -> None:
