@@ -10,7 +10,7 @@ from memoryd.errors import MemorydError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memoryd.cli import client_cmds, ops, services
+    from memoryd.cli import client_cmds, keys, ops, services
 
     parser = argparse.ArgumentParser(
         prog="memoryd", description="Long-term memory for fleets of LLM agents.")
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     services.register(commands)
     client_cmds.register(commands)
     ops.register(commands)
+    keys.register(commands)
     return parser
 
 

@@ -24,7 +24,8 @@ from tests.support.workers import (
 # The root conftest made this directory and points MEMORYD_DATA_DIR into it.
 TEST_HOME = Path(os.environ["MEMORYD_DATA_DIR"]).parent
 TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "memory_links",
-          "maintenance_runs", "evicted_memories", "agent_terms", "agent_term_stats")
+          "maintenance_runs", "evicted_memories", "agent_terms", "agent_term_stats",
+          "api_keys")
 
 
 @pytest.fixture(scope="session")

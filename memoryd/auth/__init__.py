@@ -1,0 +1,2 @@
+"""API keys for the front door: what a key may touch (``scope``) and where keys live
+(``keys``). An agent's identity comes from its key, never from a request parameter."""

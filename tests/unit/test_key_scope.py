@@ -1,0 +1,86 @@
+"""API key secrets and scopes, without the database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from memoryd.auth import scope
+from memoryd.auth.scope import KeyScope
+from memoryd.errors import ValidationError
+
+NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
+
+
+def _key(**changes: object) -> KeyScope:
+    fields: dict[str, object] = {"id": uuid.uuid4(), "name": "k", "agents": ("agent-1",),
+                                 "agent_prefixes": ("team-a/",), "permissions": ("read",)}
+    fields.update(changes)
+    return KeyScope(**fields)  # type: ignore[arg-type]
+
+
+def test_a_new_secret_is_prefixed_long_and_never_repeats() -> None:
+    secrets = {scope.new_secret() for _ in range(100)}
+    assert len(secrets) == 100
+    for secret in secrets:
+        assert secret.startswith("mdk_") and len(secret) >= 4 + 43  # 32 bytes, base64
+
+
+def test_only_a_hash_of_the_secret_is_kept_and_it_compares_in_constant_time() -> None:
+    secret = scope.new_secret()
+    digest = scope.secret_hash(secret)
+    assert len(digest) == 64 and secret not in digest
+    assert scope.same_hash(digest, scope.secret_hash(secret))
+    assert not scope.same_hash(digest, scope.secret_hash(secret + "x"))
+    assert scope.hint(secret) == secret[:8]
+
+
+def test_a_key_covers_its_agents_and_prefixes_only() -> None:
+    key = _key()
+    assert key.covers("agent-1") and key.covers("team-a/bot-7")
+    assert not key.covers("agent-10") and not key.covers("team-b/bot") and not key.covers("")
+
+
+def test_permissions_are_read_write_and_admin_apart() -> None:
+    assert scope.permissions(read_only=True, admin=False) == ("read",)
+    assert scope.permissions(read_only=False, admin=False) == ("read", "write")
+    assert scope.permissions(read_only=False, admin=True) == ("read", "write", "admin")
+    key = _key(permissions=("read",))
+    assert key.allows("read") and not key.allows("write") and not key.allows("admin")
+
+
+def test_revoked_and_expired_keys_are_not_usable() -> None:
+    assert _key().usable(NOW)
+    assert not _key(revoked_at=NOW - timedelta(seconds=1)).usable(NOW)
+    assert not _key(expires_at=NOW).usable(NOW)
+    assert _key(expires_at=NOW + timedelta(seconds=1)).usable(NOW)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30d", 30 * 86400), ("12h", 43200),
+                                               ("90m", 5400), ("2w", 14 * 86400), ("45s", 45)])
+def test_durations_read_like_an_operator_writes_them(text: str, seconds: int) -> None:
+    assert scope.duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "0d", "-1d", "3y", "d"])
+def test_a_bad_duration_names_the_field(text: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        scope.duration(text)
+    assert caught.value.field == "expires"
+
+
+def test_a_key_must_name_an_agent_a_prefix_or_all_agents() -> None:
+    with pytest.raises(ValidationError) as caught:
+        scope.check_scope([], [], all_agents=False)
+    assert caught.value.field == "agent"
+    assert scope.check_scope(["a", "a"], ["p/"], all_agents=False) == (("a",), ("p/",))
+    assert scope.check_scope([], [], all_agents=True) == ((), ("",))
+    with pytest.raises(ValidationError):
+        scope.check_scope(["bad\x00id"], [], all_agents=False)
+
+
+def test_a_key_for_exactly_one_agent_names_it() -> None:
+    assert _key(agent_prefixes=()).single_agent() == "agent-1"
+    assert _key().single_agent() is None
