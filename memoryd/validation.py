@@ -209,13 +209,18 @@ def required_text(field: str, value: object, max_len: int = MAX_KEY) -> str:
     return checked
 
 
-def memory_id(value: object) -> UUID:
+def uuid_of(field: str, value: object) -> UUID:
+    """A UUID given as one or as its text."""
     if isinstance(value, UUID):
         return value
     try:
         return UUID(str(value))
     except ValueError:
-        raise ValidationError("memory_id", f"is not a UUID: {value!r}") from None
+        raise ValidationError(field, f"is not a UUID: {value!r}") from None
+
+
+def memory_id(value: object) -> UUID:
+    return uuid_of("memory_id", value)
 
 
 def mode(value: object) -> str:

@@ -44,10 +44,10 @@ def _create(args: argparse.Namespace) -> int:
     from memoryd.auth import keys, scope
 
     agents, prefixes = scope.check_scope(args.agents, args.prefixes, all_agents=args.all_agents)
-    name = check.short_text("name", args.name, 255) if args.name else ""
+    name = check.short_text("name", args.name or None, 255) or ""
     expires_at = clock.now() + scope.duration(args.expires) if args.expires else None
     with _session() as session:
-        new = keys.create(session, name=name or "", agents=agents, prefixes=prefixes,
+        new = keys.create(session, name=name, agents=agents, prefixes=prefixes,
                           permissions=scope.permissions(read_only=args.read_only,
                                                         admin=args.admin),
                           expires_at=expires_at)
@@ -87,22 +87,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    from memoryd import validation as check
     from memoryd.auth import keys
 
-    key_id = _key_id(args.id)
+    key_id = check.uuid_of("id", args.id)
     with _session() as session:
         done = keys.revoke(session, key_id)
     print(as_json({"revoked": done}) if args.json else
           ("revoked" if done else "no such key"))
     return 0 if done else 1
-
-
-def _key_id(value: str) -> Any:
-    import uuid
-
-    from memoryd.errors import ValidationError
-
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise ValidationError("id", f"is not a key id: {value!r}") from None
