@@ -1,4 +1,4 @@
-# memoryd server image: workers, beat, migrations and Flower all run from it;
+# memoryd server image: workers, beat, migrations, the gateway and Flower all run from it;
 # docker-compose.yml picks the command per service.
 FROM python:3.11-slim
 
@@ -21,5 +21,8 @@ RUN pip install --no-cache-dir '.[server]' \
 USER memoryd
 WORKDIR /home/memoryd
 ENV MEMORYD_DATA_DIR=/home/memoryd/data
+
+# The gateway's port (HTTP API and MCP), when the container runs `memoryd gateway`.
+EXPOSE 8765
 
 CMD ["memoryd", "worker", "--queues", "memory"]

@@ -25,7 +25,7 @@ ENV_EXAMPLE = ROOT / ".env.example"
 
 # Placeholder secrets must carry this marker, so that nobody mistakes them for real ones.
 DEV_MARKER = "dev-only"
-MEMORYD_SUBCOMMANDS = {"migrate", "worker", "beat"}
+MEMORYD_SUBCOMMANDS = {"migrate", "worker", "beat", "gateway"}
 EXPECTED_SERVICES = {
     "postgres",
     "redis",
@@ -33,10 +33,11 @@ EXPECTED_SERVICES = {
     "worker-memory",
     "worker-maintenance",
     "beat",
+    "gateway",
     "flower",
 }
-LONG_RUNNING = ("worker-memory", "worker-maintenance", "beat")
-PROCFILE_PROCESSES = {"memory", "maintenance", "beat", "flower"}
+LONG_RUNNING = ("worker-memory", "worker-maintenance", "beat", "gateway")
+PROCFILE_PROCESSES = {"memory", "maintenance", "beat", "gateway", "flower"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|BASIC_AUTH|PASSWD", re.IGNORECASE)
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
 INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
@@ -505,3 +506,16 @@ def test_worker_healthchecks_ping_the_node_names_memoryd_worker_uses() -> None:
         assert f"-d {queue}@$$HOSTNAME" in test.replace("$$$$", "$$"), service
     services_src = (ROOT / "memoryd" / "cli" / "services.py").read_text()
     assert "--hostname={'-'.join(queues)}@%h" in services_src
+
+
+def test_the_gateway_listens_in_its_container_and_is_published_on_loopback() -> None:
+    gateway = _services()["gateway"]
+    argv = _argv(gateway["command"])
+    assert argv[:2] == ["memoryd", "gateway"]
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"  # reachable from the port mapping
+    assert "--no-migrate" in argv  # the migrate service does that, once
+    assert gateway["ports"] == ["127.0.0.1:${GATEWAY_HOST_PORT:-8765}:8765"]
+    check = " ".join(_healthcheck_argv(gateway))
+    assert "http://127.0.0.1:8765/healthz" in check
+    assert "EXPOSE 8765" in DOCKERFILE.read_text()
+
