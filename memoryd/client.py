@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
+from kombu.exceptions import OperationalError as BrokerOperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memoryd import validation as check
 from memoryd.celery_config import (
@@ -27,11 +31,41 @@ from memoryd.celery_config import (
     celery_config,
 )
 from memoryd.config import Settings, get_settings
-from memoryd.errors import MemorydError, MemorydTimeoutError, WorkerError
-from memoryd.types import Entity, Memory, Page, Recalled, SessionInfo, StoreItem, StoreResult
+from memoryd.errors import MemorydError, MemorydTimeoutError, Unavailable, WorkerError
+from memoryd.types import (
+    AgentStats,
+    Entity,
+    JobRun,
+    Memory,
+    Page,
+    Recalled,
+    SessionInfo,
+    StoreItem,
+    StoreResult,
+)
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
+
+
+# The broker or the result backend could not be reached (kombu's error, redis-py's, or
+# the RuntimeError Celery's result consumer raises when its reconnection attempts ran out).
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    BrokerOperationalError, RedisConnectionError, RedisTimeoutError, ConnectionError)
+
+
+@contextlib.contextmanager
+def unreachable_as_unavailable() -> Iterator[None]:
+    """Raise memoryd's ``Unavailable`` for a broker or result backend that cannot be
+    reached, rather than a Celery, kombu or redis type."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise Unavailable(f"the broker is unreachable: {type(exc).__name__}") from None
+    except RuntimeError as exc:
+        if not isinstance(exc.__cause__, CONNECTION_ERRORS):
+            raise
+        raise Unavailable("the result backend is unreachable") from None
 
 
 class Pending(Generic[T]):
@@ -61,7 +95,9 @@ class Pending(Generic[T]):
 
     def _fetch(self, wait: float) -> tuple[T] | MemorydError:
         try:
-            value = self._result.get(timeout=wait, propagate=True, disable_sync_subtasks=False)
+            with unreachable_as_unavailable():
+                value = self._result.get(timeout=wait, propagate=True,
+                                         disable_sync_subtasks=False)
         except CeleryTimeoutError:
             raise MemorydTimeoutError(
                 f"job {self.id} did not finish within {wait:g} s") from None
@@ -70,7 +106,8 @@ class Pending(Generic[T]):
         except Exception as exc:  # rebuilt from the worker: never leak Celery internals
             return WorkerError(f"{type(exc).__name__}: {exc}")
         finally:
-            self._result.forget() if self._result.ready() else None
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                self._result.forget() if self._result.ready() else None
         return (self._convert(value),)
 
 
@@ -85,7 +122,7 @@ class MemoryClient:
         self._backends: set[Any] = set()
         self._app = Celery("memoryd-client", set_as_current=False)
         self._app.conf.update(celery_config(self.settings, broker_url=broker_url,
-                                            result_backend=result_backend))
+                                            result_backend=result_backend, caller=True))
 
     def close(self) -> None:
         """Release broker and result-backend connections (of every thread that used us)."""
@@ -99,6 +136,11 @@ class MemoryClient:
         self._backends.clear()
         self._app.close()
 
+    def check_broker(self, timeout: float = 2.0) -> None:
+        """Connect to the broker once; raises if it does not answer within ``timeout``."""
+        with self._app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=timeout)
+
     def __enter__(self) -> MemoryClient:
         return self
 
@@ -108,8 +150,9 @@ class MemoryClient:
     # --- plumbing -------------------------------------------------------------
     def _send(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T], *,
               wait: bool, timeout: float | None, queue: str = MEMORY_QUEUE) -> T | Pending[T]:
-        result = self._app.send_task(name, kwargs=kwargs, queue=queue, argsrepr="()",
-                                     kwargsrepr=kwargs_summary(kwargs))
+        with unreachable_as_unavailable():
+            result = self._app.send_task(name, kwargs=kwargs, queue=queue, argsrepr="()",
+                                         kwargsrepr=kwargs_summary(kwargs))
         # Celery keeps one result backend per thread (asyncio calls run in threads).
         self._backends.add(self._app.backend)
         pending = Pending(result, convert, self.timeout if timeout is None else timeout)
@@ -199,6 +242,28 @@ class MemoryClient:
                   "dry_run": bool(dry_run), "params": check.json_object("params", params or {})}
         return self._send(f"{MAINTENANCE_TASK_PREFIX}{name}", kwargs, dict, wait=wait,
                           timeout=timeout, queue=MAINTENANCE_QUEUE)
+
+    # --- operators ----------------------------------------------------------------
+    def job_runs(self, *, job: str | None = None, limit: int = 20,
+                 timeout: float | None = None) -> builtins.list[JobRun]:
+        """The newest maintenance runs (of ``job``), newest first."""
+        kwargs = {"job": check.job_name(job) if job is not None else None,
+                  "limit": check.limit(limit)}
+        return self._call("memoryd.admin.job_runs", kwargs, _list_of(JobRun), timeout)
+
+    def stats(self, *, limit: int = 50,
+              timeout: float | None = None) -> builtins.list[AgentStats]:
+        """Memories per category of the ``limit`` largest agents."""
+        return self._call("memoryd.admin.stats", {"limit": check.limit(limit)},
+                          _list_of(AgentStats), timeout)
+
+    def restore(self, eviction_or_memory_id: int | str | UUID, *,
+                timeout: float | None = None) -> UUID:
+        """Put an evicted memory back (by eviction number or memory id); its id."""
+        target: int | str = (eviction_or_memory_id if isinstance(eviction_or_memory_id, int)
+                             and not isinstance(eviction_or_memory_id, bool)
+                             else str(check.uuid_of("id", eviction_or_memory_id)))
+        return self._call("memoryd.admin.restore", {"target": target}, UUID, timeout)
 
     # --- asyncio ------------------------------------------------------------------
     async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:

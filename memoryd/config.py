@@ -95,6 +95,16 @@ class Settings(BaseSettings):
     maintenance_batch_size: int = Field(5000, ge=1)
     maintenance_time_budget_s: float = Field(120.0, gt=0)
 
+    # --- gateway (HTTP API and MCP over HTTP) -------------------------------------
+    gateway_host: str = Field("127.0.0.1", description="Address `memoryd gateway` listens on")
+    gateway_port: int = Field(8765, ge=1, le=65535, description="Port of the gateway")
+    gateway_max_body_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, description="Largest request body the gateway reads (413 above)")
+    gateway_timeout_s: float = Field(
+        30.0, gt=0, description="How long the gateway waits for a worker (504 after)")
+    gateway_threads: int = Field(
+        64, ge=1, le=1024, description="Requests the gateway waits on workers for at once")
+
     # --- schedule overrides: MEMORYD_SCHEDULE_<JOB> = a cron string, or "off" ------
     schedule: dict[str, str] = Field(
         default_factory=dict,

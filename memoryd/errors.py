@@ -59,3 +59,19 @@ class LLMUnavailable(LLMError):
 
 class WorkerError(MemorydError):
     """A worker failed with an error that is not one of memoryd's own types."""
+
+
+class ContentTooLarge(ValidationError):
+    """A memory's content (or a request body) is over the configured size limit."""
+
+
+class Unauthorized(MemorydError):
+    """No API key, or one that is unknown, revoked or expired."""
+
+
+class Forbidden(MemorydError):
+    """The API key is valid but its scope or permissions do not cover the request."""
+
+
+class Unavailable(MemorydError):
+    """The broker or the database cannot be reached right now: transient, retry later."""

@@ -128,3 +128,76 @@ class SessionInfo(_Model):
     consolidated_at: datetime | None = None
     indexed_at: datetime | None = None
     repaired_at: datetime | None = None
+
+
+# --- request bodies of the HTTP API (the gateway's OpenAPI schema) -----------------------
+class StoreBatch(_Model):
+    """Several memories in one request: ``{"items": [...]}``."""
+
+    items: list[StoreItem]
+
+
+class RecallRequest(_Model):
+    query: str
+    limit: int = 10
+    category: str | None = None
+    tags: list[str] | None = None
+    session_id: str | None = None
+    include_archived: bool = False
+    mode: RecallMode = "fast"
+
+
+class ContextRequest(_Model):
+    query: str
+    limit: int = 10
+
+
+class JobRunRequest(_Model):
+    agent_id: str | None = None
+    dry_run: bool = False
+    params: dict[str, Any] = Field(default_factory=dict)
+    wait: bool = True
+
+
+class Deleted(_Model):
+    id: UUID
+    deleted: bool
+
+
+class Added(_Model):
+    id: str
+    added: bool
+
+
+class JobRun(_Model):
+    """One maintenance run, as the audit table ``maintenance_runs`` records it."""
+
+    id: int
+    job: str
+    agent_id: str | None = None
+    status: str
+    dry_run: bool
+    started_at: datetime
+    finished_at: datetime | None = None
+    stats: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class AgentStats(_Model):
+    agent_id: str
+    total: int
+    categories: dict[str, int]
+
+
+class ContextResult(_Model):
+    context: str
+
+
+class Restored(_Model):
+    id: UUID
+    restored: bool
+
+
+class JobQueued(_Model):
+    job: str
+    task_id: str

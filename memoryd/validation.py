@@ -8,10 +8,13 @@ import json
 import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from memoryd.errors import ValidationError
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from memoryd.errors import ContentTooLarge, ValidationError
 from memoryd.types import CATEGORIES, RECALL_MODES, ROLES, Entity, Relation, StoreItem
 
 MAX_AGENT_ID = 255
@@ -21,6 +24,7 @@ MAX_TAG = 128
 MAX_QUERY_CHARS = 8192
 MAX_KG_DEPTH = 6
 MAX_RELATIONS = 1000
+RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
 def _no_control_chars(field: str, value: str) -> None:
@@ -66,7 +70,7 @@ def content(value: object, max_bytes: int) -> str:
     _no_surrogates("content", value)
     size = len(value.encode("utf-8"))
     if size > max_bytes:
-        raise ValidationError("content", f"is {size} bytes, at most {max_bytes}")
+        raise ContentTooLarge("content", f"is {size} bytes, at most {max_bytes}")
     return value
 
 
@@ -296,3 +300,20 @@ def _jsonb_safe(field: str, value: Mapping[str, Any]) -> None:
         raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
     if "\\u0000" in encoded:
         raise ValidationError(field, "contains a NUL character")
+
+
+def request(model: type[RequestT], payload: object, field: str = "body") -> RequestT:
+    """A request body (a JSON object) read as ``model``, strictly: an unknown field or a
+    value of the wrong type is a ``ValidationError`` naming that field."""
+    if not isinstance(payload, Mapping):
+        raise ValidationError(field, "must be a JSON object")
+    unknown = set(payload) - set(model.model_fields)
+    if unknown:
+        raise ValidationError(str(sorted(unknown, key=str)[0]), "is not a known field")
+    try:
+        return model.model_validate(dict(payload), strict=True)
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        raise ValidationError(".".join(str(p) for p in first["loc"]) or field,
+                              first["msg"]) from None
+

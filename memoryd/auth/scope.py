@@ -13,7 +13,7 @@ from typing import Literal
 from uuid import UUID
 
 from memoryd import validation as check
-from memoryd.errors import ValidationError
+from memoryd.errors import Forbidden, ValidationError
 
 KEY_PREFIX = "mdk_"
 SECRET_BYTES = 32  # random bytes behind each key
@@ -85,6 +85,20 @@ class KeyScope:
     def usable(self, now: datetime) -> bool:
         """Neither revoked nor expired at ``now``."""
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+    def require(self, agent_id: str, permission: Permission) -> None:
+        """Raise ``Forbidden`` unless this key may do ``permission`` on ``agent_id``."""
+        if not self.allows(permission):
+            raise Forbidden(f"this key lacks the {permission!r} permission")
+        if not self.covers(agent_id):
+            raise Forbidden(f"this key does not cover agent {agent_id!r}")
+
+    def require_admin(self) -> None:
+        """Operator endpoints act fleet-wide: they need ``admin`` and every agent."""
+        if not self.allows("admin"):
+            raise Forbidden("this key lacks the 'admin' permission")
+        if "" not in self.agent_prefixes:
+            raise Forbidden("operator endpoints need a key for all agents (--all-agents)")
 
     def single_agent(self) -> str | None:
         """The one agent this key is for, if it names exactly one and no prefix."""

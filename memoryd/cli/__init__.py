@@ -10,7 +10,7 @@ from memoryd.errors import MemorydError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memoryd.cli import client_cmds, keys, ops, services
+    from memoryd.cli import client_cmds, front, keys, ops, services
 
     parser = argparse.ArgumentParser(
         prog="memoryd", description="Long-term memory for fleets of LLM agents.")
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     client_cmds.register(commands)
     ops.register(commands)
     keys.register(commands)
+    front.register(commands)
     return parser
 
 

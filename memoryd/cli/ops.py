@@ -73,40 +73,20 @@ def _jobs_run(args: argparse.Namespace) -> int:
     return 0 if record.status != "failed" else 1
 
 
-def _runs(job: str | None, limit: int) -> list[dict[str, Any]]:
-    from sqlalchemy import text
+def _jobs_history(args: argparse.Namespace) -> int:
+    from memoryd.memory import reports
 
     with _store().session() as session:
-        rows = session.execute(text("""
-            SELECT id, job, agent_id, status, dry_run, started_at, finished_at, stats, error
-            FROM maintenance_runs WHERE (CAST(:job AS text) IS NULL OR job = :job)
-            ORDER BY started_at DESC, id DESC LIMIT :n
-        """), {"job": job, "n": limit}).mappings()
-        return [dict(r) for r in rows]
-
-
-def _jobs_history(args: argparse.Namespace) -> int:
-    runs = _runs(args.job, args.limit)
+        runs = reports.job_runs(session, args.job, args.limit)
     if args.json:
-        print(as_json(runs))
+        print(as_json([r.model_dump(mode="json") for r in runs]))
     else:
         print(table(("run", "job", "status", "agent", "started", "stats"),
-                    [(r["id"], r["job"], r["status"] + (" (dry)" if r["dry_run"] else ""),
-                      r["agent_id"] or "all", r["started_at"].strftime("%Y-%m-%d %H:%M:%S"),
-                      json.dumps(r["stats"]) if r["status"] != "failed" else r["error"])
+                    [(r.id, r.job, r.status + (" (dry)" if r.dry_run else ""),
+                      r.agent_id or "all", r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+                      json.dumps(r.stats) if r.status != "failed" else r.error)
                      for r in runs]))
     return 0
-
-
-def _last_runs() -> list[dict[str, Any]]:
-    from sqlalchemy import text
-
-    with _store().session() as session:
-        rows = session.execute(text("""
-            SELECT DISTINCT ON (job) job, status, started_at, finished_at, stats
-            FROM maintenance_runs ORDER BY job, started_at DESC, id DESC
-        """)).mappings()
-        return [dict(r) for r in rows]
 
 
 def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
@@ -128,8 +108,11 @@ def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from memoryd.memory import reports
+
     view = _broker_view()
-    runs = {r["job"]: r for r in _last_runs()}
+    with _store().session() as session:
+        runs = reports.last_runs(session)
     if args.json:
         print(as_json({**view, "jobs": runs}))
         return 0
@@ -146,23 +129,16 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from sqlalchemy import text
+    from memoryd.memory import reports
 
     with _store().session() as session:
-        rows = session.execute(text("""
-            WITH top AS (SELECT agent_id, count(*) AS n FROM memories GROUP BY agent_id
-                         ORDER BY n DESC, agent_id LIMIT :n)
-            SELECT m.agent_id, m.category, count(*) AS memories, top.n AS agent_total
-            FROM memories m JOIN top USING (agent_id)
-            GROUP BY m.agent_id, m.category, top.n
-            ORDER BY top.n DESC, m.agent_id, m.category
-        """), {"n": args.limit}).mappings().all()
+        agents = reports.agent_stats(session, args.limit)
     if args.json:
-        print(as_json([dict(r) for r in rows]))
+        print(as_json([a.model_dump(mode="json") for a in agents]))
     else:
         print(table(("agent", "category", "memories", "agent total"),
-                    [(r["agent_id"], r["category"], r["memories"], r["agent_total"])
-                     for r in rows]))
+                    [(a.agent_id, category, count, a.total)
+                     for a in agents for category, count in sorted(a.categories.items())]))
     return 0
 
 

@@ -23,6 +23,9 @@ def register(commands: Any) -> None:
                                         "Flower (embedded defaults when nothing is configured)")
     up.add_argument("--flower-port", type=int, default=5555)
     up.add_argument("--no-flower", action="store_true")
+    up.add_argument("--gateway-port", type=int, default=None,
+                    help="port of the HTTP API and MCP (default MEMORYD_GATEWAY_PORT, 8765)")
+    up.add_argument("--no-gateway", action="store_true")
     up.set_defaults(handler=_up)
 
     worker = commands.add_parser("worker", help="run a Celery worker")
@@ -119,7 +122,10 @@ def _run(_args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from memoryd.cli.supervisor import Stack
+    from memoryd.config import get_settings
 
+    gateway_port = args.gateway_port or get_settings().gateway_port
     stack = Stack(flower_port=None if args.no_flower else args.flower_port,
+                  gateway_port=None if args.no_gateway else gateway_port,
                   log_level=args.log_level)
     return stack.run()

@@ -47,6 +47,7 @@ STOP_GRACE_S = 30.0
 @dataclass
 class Stack:
     flower_port: int | None = 5555
+    gateway_port: int | None = 8765
     log_level: str = "INFO"
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -72,9 +73,10 @@ class Stack:
             if self._run_as:
                 env["HOME"] = str(settings.data_dir / "home")
             self._migrate(env)
+            admin_key = self._admin_key(database_url) if self.gateway_port else None
             self._start_children(env)
             self._write_runtime(runtime, database_url, broker_url)
-            self._announce(database_url, broker_url)
+            self._announce(database_url, broker_url, admin_key)
             self._wait()
         finally:
             self._stop_children()
@@ -138,6 +140,16 @@ class Stack:
                     f"{sys.prefix} and memoryd's files)" if self._run_as else "")
             raise EmbeddedServiceError(f"migrations failed{hint}")
 
+    def _admin_key(self, database_url: str) -> tuple[str, bool]:
+        from memoryd.auth import admin_key
+        from memoryd.db.engine import make_engine
+
+        engine = make_engine(database_url, pool_size=1)
+        try:
+            return admin_key.ensure(engine, get_settings().data_dir)
+        finally:
+            engine.dispose()
+
     def _commands(self) -> dict[str, list[str]]:
         # Quiet: no start-up banners (the summary printed once all is up replaces them).
         py = [sys.executable, "-m", "memoryd", "--log-level", self.log_level]
@@ -148,6 +160,9 @@ class Stack:
                                    "--concurrency", "1", "--no-migrate", "--quiet"],
             "beat": [*py, "beat", "--quiet"],
         }
+        if self.gateway_port:
+            commands["gateway"] = [*py, "gateway", "--no-migrate", "--port",
+                                   str(self.gateway_port)]
         if self.flower_port:
             commands["flower"] = [sys.executable, "-m", "celery", "-A", "memoryd.worker",
                                   "--quiet", "flower", "--address=127.0.0.1",
@@ -168,12 +183,21 @@ class Stack:
         path.write_text(json.dumps({
             "pid": os.getpid(), "database_url": database_url, "broker_url": broker_url,
             "flower_url": f"http://127.0.0.1:{self.flower_port}" if self.flower_port else None,
+            "gateway_url": self._gateway_url(),
             "children": {name: proc.pid for name, proc in self.children.items()},
         }, indent=2))
 
-    def _announce(self, database_url: str, broker_url: str) -> None:
+    def _gateway_url(self) -> str | None:
+        host = get_settings().gateway_host
+        return f"http://{host}:{self.gateway_port}" if self.gateway_port else None
+
+    def _announce(self, database_url: str, broker_url: str,
+                  admin_key: tuple[str, bool] | None) -> None:
         lines = ["", "memoryd is up:", f"  {'database':<18} {database_url}",
                  f"  {'broker':<18} {broker_url}"]
+        if self.gateway_port:
+            url = self._gateway_url()
+            lines.append(f"  {'gateway':<18} {url}  (API docs {url}/docs, MCP {url}/mcp)")
         if self.flower_port:
             lines.append(f"  {'flower':<18} http://127.0.0.1:{self.flower_port}")
         lines += [f"  {name:<18} pid {proc.pid}" for name, proc in self.children.items()]
@@ -181,7 +205,18 @@ class Stack:
         lines += ["", f"Try:  {memoryd} store agent-1 'User prefers dark mode'",
                   f"      {memoryd} recall agent-1 'what theme does the user like?'",
                   "Press Ctrl-C to stop.", ""]
+        if admin_key is not None:
+            lines[-2:-2] = self._admin_lines(*admin_key)
         print("\n".join(lines), flush=True)
+
+    def _admin_lines(self, key: str, created: bool) -> list[str]:
+        from memoryd.auth.admin_key import key_file
+
+        where = key_file(get_settings().data_dir)
+        told = ([f"Admin key (all agents; shown this once, kept in {where}):", f"  {key}"]
+                if created else [f"Admin key: in {where}"])
+        return [*told, f"      curl -H \"Authorization: Bearer $(cat {shlex.quote(str(where))})\" "
+                       f"{self._gateway_url()}/v1/agents/agent-1/memories"]
 
     # --- lifecycle --------------------------------------------------------------
     def _wait(self) -> None:

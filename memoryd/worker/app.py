@@ -10,7 +10,7 @@ from celery import Celery
 from memoryd.celery_config import celery_config
 from memoryd.config import Settings, get_settings
 
-TASK_MODULES = ("memoryd.tasks.memory", "memoryd.tasks.maintenance")
+TASK_MODULES = ("memoryd.tasks.memory", "memoryd.tasks.maintenance", "memoryd.tasks.admin")
 
 
 def worker_config(settings: Settings) -> dict[str, Any]:

@@ -9,11 +9,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from memoryd.config import reset_settings
 from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.embedded.redis import EmbeddedRedis
+from tests.support.gateway import GatewayProcess
 from tests.support.workers import (
     WORKER_START_TIMEOUT_S,
     WorkerProcess,
@@ -151,3 +153,22 @@ def service_env(pg_url: str, worker_broker_url: str) -> dict[str, str]:
     """Environment for ``python -m memoryd`` subprocesses: the test database and the
     session worker's broker."""
     return memoryd_env(pg_url, worker_broker_url)
+
+
+# --- the gateway (HTTP API and MCP over HTTP) -------------------------------------------
+
+@pytest.fixture(scope="session")
+def gateway(worker: WorkerProcess, service_env: dict[str, str]) -> Iterator[GatewayProcess]:
+    """A real gateway process on the session worker's broker, for the whole session."""
+    process = GatewayProcess(service_env, TEST_HOME / "gateway-session.log")
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def http(gateway: GatewayProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=gateway.url, timeout=60.0) as client:
+        yield client

@@ -210,9 +210,8 @@ def test_stats(service_env: dict[str, str], store: MemoryStore, agent: str) -> N
     store.store(f"{agent}-small", "only one")
     rows = as_json(memoryd(service_env, "stats", "--json"))
     assert rows == [
-        {"agent_id": agent, "category": "decision", "memories": 1, "agent_total": 3},
-        {"agent_id": agent, "category": "fact", "memories": 2, "agent_total": 3},
-        {"agent_id": f"{agent}-small", "category": "fact", "memories": 1, "agent_total": 1},
+        {"agent_id": agent, "total": 3, "categories": {"decision": 1, "fact": 2}},
+        {"agent_id": f"{agent}-small", "total": 1, "categories": {"fact": 1}},
     ]
     table = memoryd(service_env, "stats", "--limit", "1").stdout.splitlines()
     assert table[0].split() == ["agent", "category", "memories", "agent", "total"]

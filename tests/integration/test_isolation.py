@@ -4,7 +4,6 @@ agent A's memories, sessions or graph."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +12,7 @@ from sqlalchemy import text
 
 from memoryd.errors import NotFound
 from memoryd.memory.store import MemoryStore
+from tests.support.snapshots import agent_snapshot
 
 SHARED_SESSION = "shared-session"
 SHARED_KEY = "shared-key"
@@ -28,30 +28,6 @@ text_lists = st.lists(texts, min_size=1, max_size=4)
 
 def _normalized(content: str) -> str:
     return " ".join(content.split())
-
-
-def _snapshot(store: MemoryStore, agent: str) -> dict[str, Any]:
-    """Everything the database holds for ``agent``, in a comparable form."""
-    with store.session() as session:
-        memories = session.execute(text("""
-            SELECT id, content, content_hash, key, category, tags, importance, confidence,
-                   access_count, last_accessed_at, updated_at, archived_at, session_id
-            FROM memories WHERE agent_id = :a ORDER BY id"""), {"a": agent}).all()
-        sessions = session.execute(text("""
-            SELECT session_id, messages, message_count, updated_at FROM sessions
-            WHERE agent_id = :a ORDER BY session_id"""), {"a": agent}).all()
-        entities = session.execute(text("""
-            SELECT entity_id, type, attributes, updated_at FROM kg_entities
-            WHERE agent_id = :a ORDER BY entity_id"""), {"a": agent}).all()
-        relations = session.execute(text("""
-            SELECT source, target, type FROM kg_relations
-            WHERE agent_id = :a ORDER BY source, target, type"""), {"a": agent}).all()
-        links = session.execute(text("""
-            SELECT source_id, target_id, kind FROM memory_links
-            WHERE agent_id = :a ORDER BY source_id, target_id, kind"""), {"a": agent}).all()
-    return {"memories": [tuple(r) for r in memories], "sessions": [tuple(r) for r in sessions],
-            "entities": [tuple(r) for r in entities], "relations": [tuple(r) for r in relations],
-            "links": [tuple(r) for r in links]}
 
 
 @settings(max_examples=25, deadline=None, database=None,
@@ -77,7 +53,7 @@ def test_agent_b_never_sees_changes_or_deletes_agent_a(store: MemoryStore, a_tex
     assert store.kg_add(a, {"id": SHARED_ENTITY, "type": "person",
                             "attributes": {"owner": "a"},
                             "relations": [{"target": "a-only-friend", "type": "knows"}]})
-    before = _snapshot(store, a)
+    before = agent_snapshot(store, a)
     a_count = len(before["memories"])
     assert a_count == len(a_ids)
 
@@ -144,12 +120,12 @@ def test_agent_b_never_sees_changes_or_deletes_agent_a(store: MemoryStore, a_tex
     # --- B's deletes cannot reach A --------------------------------------------------------------
     for memory_id in a_ids:
         assert store.forget(b, memory_id) is False
-    assert _snapshot(store, a) == before
+    assert agent_snapshot(store, a) == before
     assert store.forget_agent(b) == len(b_ids)
     assert store.list(b).total == 0
 
     # --- A is exactly as it was ------------------------------------------------------------------
-    assert _snapshot(store, a) == before
+    assert agent_snapshot(store, a) == before
     assert store.list(a, limit=1000).total == a_count
     assert store.get_by_key(a, SHARED_KEY).id == a_keyed
     assert store.kg_query(a, SHARED_ENTITY)[0].attributes == {"owner": "a"}

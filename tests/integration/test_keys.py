@@ -4,10 +4,12 @@ secret, revoked and expired keys refused, and the verifier's cache bounded in ti
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy import text
 
@@ -101,3 +103,23 @@ def test_the_cli_prints_a_key_once_and_never_lists_its_secret(
 def test_the_cli_refuses_a_key_without_agents(service_env: dict[str, str]) -> None:
     done = _memoryd(service_env, "keys", "create", "--json")
     assert done.returncode == 2 and "agent" in done.stderr
+
+
+def test_the_up_admin_key_is_kept_private_reused_and_replaced_once_revoked(
+        store: MemoryStore, tmp_path: Path) -> None:
+    from memoryd.auth import admin_key
+
+    key, created = admin_key.ensure(store.engine, tmp_path)
+    assert created and key.startswith("mdk_")
+    path = admin_key.key_file(tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text().strip() == key
+    found = KeyVerifier(store.engine).verify(key)
+    assert found is not None and found.allows("admin") and found.covers("any-agent")
+
+    assert admin_key.ensure(store.engine, tmp_path) == (key, False)
+    with store.session() as session:
+        assert keys.revoke(session, found.id)
+    replaced, created = admin_key.ensure(store.engine, tmp_path)
+    assert created and replaced != key
+    assert path.read_text().strip() == replaced

@@ -12,6 +12,7 @@ import queue
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -105,16 +106,38 @@ def up_dir(tmp_path: Path) -> Iterator[Path]:
         server.stop()
 
 
+def _gateway_answers_with_the_admin_key(up_dir: Path, url: str, agent: str, log: str,
+                                        deadline: float) -> None:
+    """The admin key was printed once and kept private; the gateway takes it."""
+    import httpx
+
+    key_path = up_dir / "admin.key"
+    key = key_path.read_text().strip()
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+    assert key.startswith("mdk_") and log.count(key) == 1
+    while True:
+        try:
+            listed = httpx.get(f"{url}/v1/agents/{agent}/memories",
+                               headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "the gateway never answered"
+            time.sleep(0.5)
+    assert listed.status_code == 200, listed.text
+    assert [m["content"] for m in listed.json()["items"]] == ["memoryd up works out of the box."]
+
+
 def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: Path) -> None:
     from memoryd.client import MemoryClient
     from memoryd.types import StoreResult
 
-    flower_port = free_port()
+    flower_port, gateway_port = free_port(), free_port()
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     log_path = up_dir.parent / "up.log"
     with log_path.open("wb") as log:
         up = subprocess.Popen([sys.executable, "-m", "memoryd", "up",
-                               "--flower-port", str(flower_port)],
+                               "--flower-port", str(flower_port),
+                               "--gateway-port", str(gateway_port)],
                               env=env, stdin=subprocess.DEVNULL, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -128,7 +151,8 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         runtime = json.loads(runtime_file.read_text())
         assert runtime["pid"] == up.pid
         assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat",
-                                            "flower"}
+                                            "gateway", "flower"}
+        assert runtime["gateway_url"] == f"http://127.0.0.1:{gateway_port}"
         assert runtime["database_url"].startswith("postgresql")
         assert runtime["flower_url"] == f"http://127.0.0.1:{flower_port}"
         assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
@@ -152,6 +176,8 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
             except OSError:
                 time.sleep(0.5)
         assert status == 200
+        _gateway_answers_with_the_admin_key(up_dir, runtime["gateway_url"], agent,
+                                            log_path.read_text(), deadline)
 
         # The "Try:" hint works as printed, from a shell elsewhere without the venv active.
         hint = re.search(r"^Try:  (.+ store agent-1 .+)$", log_path.read_text(), re.MULTILINE)
@@ -197,7 +223,8 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
     terminal (a pty): memoryd up and the children that inherit it log console lines."""
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     leader, follower = pty.openpty()
-    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
+    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
+                           "--gateway-port", str(free_port())], env=env,
                           stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
                           start_new_session=True)
     os.close(follower)
@@ -211,7 +238,8 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
             time.sleep(0.2)
         time.sleep(0.2)
         runtime = json.loads(runtime_file.read_text())
-        assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat"}
+        assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat",
+                                            "gateway"}
         while not any("memory@" in line and "ready" in line for line in terminal.seen):
             terminal.next(timeout=max(0.1, deadline - time.monotonic()))  # a worker's line
         up.send_signal(signal.SIGTERM)
@@ -234,7 +262,8 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
 
 def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
-    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
+    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
+                           "--gateway-port", str(free_port())], env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -266,7 +295,8 @@ def test_a_service_that_cannot_start_leaves_nothing_running(up_dir: Path) -> Non
         taken.listen(1)
         port = taken.getsockname()[1]
         env = _clean_env(MEMORYD_DATA_DIR=str(up_dir), MEMORYD_EMBEDDED_REDIS_PORT=str(port))
-        done = subprocess.run([sys.executable, "-m", "memoryd", "up", "--no-flower"], env=env,
+        done = subprocess.run([sys.executable, "-m", "memoryd", "up", "--no-flower",
+                           "--gateway-port", str(free_port())], env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=START_TIMEOUT_S, check=False)
     assert done.returncode == 2

@@ -284,6 +284,16 @@ def test_recall_times_out_with_memoryd_error(agent_id: str,
     assert isinstance(caught.value, TimeoutError)
 
 
+def test_an_unreachable_broker_is_memoryds_unavailable_error(agent_id: str) -> None:
+    from memoryd.embedded._proc import free_port
+    from memoryd.errors import Unavailable
+
+    with MemoryClient(broker_url=f"redis://127.0.0.1:{free_port()}/0") as c, \
+            pytest.raises(Unavailable) as caught:
+        c.recall(agent_id, "anything")
+    assert "unreachable" in str(caught.value)
+
+
 def test_asyncio_astore_and_arecall(client: MemoryClient, agent_id: str) -> None:
     async def scenario() -> tuple[list[StoreResult], list[Recalled], str]:
         stored = await asyncio.gather(

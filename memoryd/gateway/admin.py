@@ -1,0 +1,57 @@
+"""Operator endpoints (``admin`` keys for all agents): run maintenance jobs, their
+history, fleet statistics, restoring an evicted memory. Like the memory routes, each
+is one ``MemoryClient`` call served by the workers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from memoryd import validation as check
+from memoryd.client import Pending
+from memoryd.gateway.deps import Client, JsonBody, Key
+from memoryd.gateway.schema import request_body
+from memoryd.types import AgentStats, JobQueued, JobRun, JobRunRequest, Restored
+
+router = APIRouter(prefix="/v1", tags=["operators"])
+REQUEST_MODELS: list[type[BaseModel]] = [JobRunRequest]
+
+
+@router.post("/jobs/{job}/runs", openapi_extra=request_body(JobRunRequest),
+             responses={202: {"model": JobQueued}},
+             summary="Run a maintenance job now: 202 with its task id, or with wait, "
+                     "200 and the run's record")
+def run_job(job: str, key: Key, client: Client,
+            payload: JsonBody) -> Any:
+    key.require_admin()
+    asked = check.request(JobRunRequest, {} if payload is None else payload)
+    outcome = client.run_job(check.job_name(job), agent_id=asked.agent_id,
+                             dry_run=asked.dry_run, params=asked.params, wait=asked.wait)
+    if isinstance(outcome, Pending):
+        queued = JobQueued(job=job, task_id=outcome.id)
+        return JSONResponse(queued.model_dump(mode="json"), status_code=202)
+    return outcome
+
+
+@router.get("/jobs/runs", summary="Recent maintenance runs, newest first")
+def job_runs(key: Key, client: Client, job: str | None = None,
+             limit: Annotated[int, Query()] = 20) -> list[JobRun]:
+    key.require_admin()
+    return client.job_runs(job=job, limit=limit)
+
+
+@router.post("/evicted/{eviction_id}/restore",
+             summary="Put an evicted memory back (eviction number or memory id)")
+def restore(eviction_id: str, key: Key, client: Client) -> Restored:
+    key.require_admin()
+    target: int | str = int(eviction_id) if eviction_id.isdigit() else eviction_id
+    return Restored(id=client.restore(target), restored=True)
+
+
+@router.get("/stats", summary="Memories per category of the largest agents")
+def stats(key: Key, client: Client, limit: Annotated[int, Query()] = 50) -> list[AgentStats]:
+    key.require_admin()
+    return client.stats(limit=limit)

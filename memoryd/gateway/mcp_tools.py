@@ -1,0 +1,244 @@
+"""memoryd as MCP tools, with the official ``mcp`` SDK: remember, recall, forget, context,
+list_memories, kg_add and kg_query.
+
+No tool takes an agent id. The agent is bound to the connection by a ``Binding``: over
+streamable HTTP, the API key's agent (or the ``X-Memoryd-Agent`` header's, if the key
+covers it), checked at every call; over stdio, the ``--agent`` the command was started
+with. Whatever a prompt-injected model puts in the arguments, it reaches only that agent.
+
+Tools are thin: one ``MemoryClient`` call each, run in a worker thread so the event loop
+keeps serving other connections. Results are text an LLM reads plus structured content.
+"""
+# No `from __future__ import annotations`: the SDK reads these signatures at run time.
+
+from collections.abc import Callable
+from typing import Annotated, Any, Protocol, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from memoryd import validation as check
+from memoryd.auth.scope import Permission
+from memoryd.client import MemoryClient
+from memoryd.errors import MemorydError
+from memoryd.gateway import access
+from memoryd.gateway.access import Verifier
+from memoryd.gateway.problems import UNREACHABLE
+from memoryd.types import (
+    Added,
+    ContextResult,
+    Entity,
+    Page,
+    Recalled,
+    RecallMode,
+    Relation,
+    StoreResult,
+)
+
+T = TypeVar("T")
+INSTRUCTIONS = (
+    "Long-term memory for this agent. Call `recall` before answering anything that may "
+    "depend on earlier conversations, and `remember` for facts, preferences and decisions "
+    "worth keeping. Memories are private to this agent.")
+
+
+class Binding(Protocol):
+    """Which agent a tool call acts for, after checking it may do ``permission``."""
+
+    def agent(self, ctx: Context, permission: Permission) -> str: ...
+
+
+class FixedAgent:
+    """stdio: the agent named on the command line (whoever runs the command holds the
+    broker's credentials, and is trusted with every agent anyway)."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = check.agent_id(agent_id)
+
+    def agent(self, ctx: Context, permission: Permission) -> str:
+        return self.agent_id
+
+
+class KeyBinding:
+    """Streamable HTTP: the request's API key decides, at every call."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+
+    def agent(self, ctx: Context, permission: Permission) -> str:
+        headers = ctx.headers or {}
+        scope = access.authenticate(self.verifier, headers)
+        agent_id = access.bound_agent(scope, headers)
+        scope.require(agent_id, permission)
+        return agent_id
+
+
+class Recollection(BaseModel):
+    memories: list[Recalled]
+
+
+class Forgotten(BaseModel):
+    id: str
+    forgotten: bool
+
+
+class Entities(BaseModel):
+    entities: list[Entity]
+
+
+def _result(text: str, structured: BaseModel) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=structured.model_dump(mode="json"))
+
+
+class MemoryTools:
+    """The tools of one server: a client to the workers and a way to bind the agent."""
+
+    def __init__(self, client: MemoryClient, binding: Binding) -> None:
+        self.client = client
+        self.binding = binding
+
+    async def _call(self, ctx: Context, permission: Permission,
+                    work: Callable[[str], T]) -> T:
+        try:
+            agent_id = await anyio.to_thread.run_sync(self.binding.agent, ctx, permission)
+            return await anyio.to_thread.run_sync(work, agent_id)
+        except MemorydError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+        except UNREACHABLE:
+            raise ToolError("memoryd is unavailable right now; try again later") from None
+
+    async def remember(
+        self, ctx: Context,
+        content: Annotated[str, Field(description="What to remember, as a self-contained "
+                                                  "statement (who, what, when).")],
+        category: Annotated[str | None, Field(description=(
+            "fact, preference, decision, task, context, event, reflection or summary; "
+            "left out, memoryd classifies it"))] = None,
+        importance: Annotated[float | None, Field(ge=0, le=1, description=(
+            "0 to 1; how much this should outlive other memories"))] = None,
+        tags: Annotated[list[str] | None, Field(description="Short labels to filter on")] = None,
+        session_id: Annotated[str | None, Field(description="The conversation it came from")]
+        = None,
+    ) -> Annotated[CallToolResult, StoreResult]:
+        fields: dict[str, Any] = {
+            k: v for k, v in {"category": category, "importance": importance, "tags": tags,
+                              "session_id": session_id}.items() if v is not None}
+        result = await self._call(ctx, "write", lambda agent: self.client.store(
+            agent, content, **fields))
+        assert isinstance(result, StoreResult)
+        said = "Already remembered" if result.duplicate else "Remembered"
+        return _result(f"{said} (id {result.id}).", result)
+
+    async def recall(
+        self, ctx: Context,
+        query: Annotated[str, Field(description="What you want to know, in plain words")],
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many")] = 10,
+        category: Annotated[str | None, Field(description="Only this category")] = None,
+        tags: Annotated[list[str] | None, Field(description="Only memories with all of "
+                                                            "these tags")] = None,
+        mode: Annotated[RecallMode, Field(description="'fast', or 'deep' for a wider, slower "
+                                               "search")] = "fast",
+    ) -> Annotated[CallToolResult, Recollection]:
+        found = await self._call(ctx, "read", lambda agent: self.client.recall(
+            agent, query, limit=limit, category=category, tags=tags, mode=mode))
+        lines = [f"{i}. [{r.memory.category}, score {r.score:.2f}, id {r.memory.id}] "
+                 f"{r.memory.content}" for i, r in enumerate(found, 1)]
+        return _result("\n".join(lines) or "Nothing relevant remembered.",
+                       Recollection(memories=found))
+
+    async def forget(
+        self, ctx: Context,
+        memory_id: Annotated[str, Field(description="The id of the memory to delete, as "
+                                                    "recall or list_memories gave it")],
+    ) -> Annotated[CallToolResult, Forgotten]:
+        done = await self._call(ctx, "write",
+                                lambda agent: self.client.forget(agent, memory_id))
+        text = f"Forgot {memory_id}." if done else f"No memory {memory_id} to forget."
+        return _result(text, Forgotten(id=memory_id, forgotten=done))
+
+    async def context(
+        self, ctx: Context,
+        query: Annotated[str, Field(description="The task or question at hand")],
+        limit: Annotated[int, Field(ge=1, le=100, description="Memories to include")] = 10,
+    ) -> Annotated[CallToolResult, ContextResult]:
+        text = await self._call(ctx, "read",
+                                lambda agent: self.client.context(agent, query, limit=limit))
+        return _result(text or "Nothing relevant remembered.", ContextResult(context=text))
+
+    async def list_memories(
+        self, ctx: Context,
+        category: Annotated[str | None, Field(description="Only this category")] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
+        offset: Annotated[int, Field(ge=0, description="Memories to skip")] = 0,
+    ) -> Annotated[CallToolResult, Page]:
+        page = await self._call(ctx, "read", lambda agent: self.client.list(
+            agent, category=category, limit=limit, offset=offset))
+        lines = [f"- [{m.category}, id {m.id}] {m.content}" for m in page.items]
+        header = f"{len(page.items)} of {page.total} memories (from {offset}):"
+        return _result("\n".join([header, *lines]), page)
+
+    async def kg_add(
+        self, ctx: Context,
+        id: Annotated[str, Field(description="The entity's name or id, e.g. 'Alice'")],
+        type: Annotated[str, Field(description="person, project, place, ...")] = "entity",
+        attributes: Annotated[dict[str, Any] | None, Field(description="Facts about it")]
+        = None,
+        relations: Annotated[list[Relation] | None, Field(description=(
+            "Links to other entities: [{'target': 'Acme', 'type': 'works_at'}]"))] = None,
+    ) -> Annotated[CallToolResult, Added]:
+        entity = {"id": id, "type": type, "attributes": attributes or {},
+                  "relations": [r.model_dump() for r in relations or []]}
+        added = await self._call(ctx, "write", lambda agent: self.client.kg_add(agent, entity))
+        return _result(f"Added {id} to the knowledge graph.", Added(id=id, added=added))
+
+    async def kg_query(
+        self, ctx: Context,
+        start_id: Annotated[str, Field(description="The entity to start from")],
+        depth: Annotated[int, Field(ge=0, le=check.MAX_KG_DEPTH,
+                                    description="How many relation hops to follow")] = 2,
+    ) -> Annotated[CallToolResult, Entities]:
+        found = await self._call(ctx, "read", lambda agent: self.client.kg_query(
+            agent, start_id, depth))
+        lines = [f"- {e.id} ({e.type}) {e.attributes or ''} -> "
+                 + ", ".join(f"{r.type} {r.target}" for r in e.relations) for e in found]
+        return _result("\n".join(lines) or f"Nothing known about {start_id}.",
+                       Entities(entities=found))
+
+
+_READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+# Writes are idempotent (a repeated remember finds its duplicate, a repeated forget
+# finds nothing); only forget destroys.
+_ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
+_DELETE = _ADD.model_copy(update={"destructive_hint": True})
+# (method, description, annotations): the descriptions are what a model reads.
+TOOLS: tuple[tuple[str, str, ToolAnnotations], ...] = (
+    ("remember", "Store a memory for later: a fact, preference, decision or event worth "
+                 "keeping across conversations. Storing the same text twice is harmless.",
+     _ADD),
+    ("recall", "Search your long-term memory: the memories most relevant to a query, best "
+               "first, with their ids and scores.", _READ),
+    ("forget", "Delete one memory for good, by its id (from recall or list_memories). Use "
+               "when a memory is wrong or the user asks you to forget it.", _DELETE),
+    ("context", "The memories relevant to a task, as one block of text to read before "
+                "answering.", _READ),
+    ("list_memories", "Browse your memories, newest first, a page at a time.", _READ),
+    ("kg_add", "Add or update an entity in your knowledge graph, with attributes and "
+               "relations to other entities.", _ADD),
+    ("kg_query", "What your knowledge graph holds about an entity and its neighbours, up "
+                 "to depth relation hops away.", _READ),
+)
+
+
+def build_server(client: MemoryClient, binding: Binding) -> MCPServer:
+    """An MCP server whose tools act for the agent ``binding`` names."""
+    server: MCPServer = MCPServer("memoryd", instructions=INSTRUCTIONS, version="0.1.0")
+    tools = MemoryTools(client, binding)
+    for name, description, annotations in TOOLS:
+        server.add_tool(getattr(tools, name), name=name, description=description,
+                        annotations=annotations, structured_output=True)
+    return server

@@ -1,0 +1,72 @@
+"""Errors as HTTP responses: ``{"error": {"type", "message", "field"?}}`` with the status
+that tells a caller what to do, and never a stack trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from sqlalchemy.exc import InterfaceError as DatabaseInterfaceError
+from sqlalchemy.exc import OperationalError as DatabaseOperationalError
+from starlette.responses import JSONResponse
+
+from memoryd.client import CONNECTION_ERRORS
+from memoryd.errors import (
+    ContentTooLarge,
+    Forbidden,
+    MemorydError,
+    MemorydTimeoutError,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    ValidationError,
+)
+
+log = structlog.get_logger(__name__)
+
+# The broker or the database could not be reached: the caller should retry later.
+UNREACHABLE: tuple[type[Exception], ...] = (
+    *CONNECTION_ERRORS, DatabaseOperationalError, DatabaseInterfaceError, Unavailable)
+
+# Most specific first: ContentTooLarge is a ValidationError.
+_STATUS: tuple[tuple[type[MemorydError], int, str], ...] = (
+    (Unauthorized, 401, "unauthorized"),
+    (Forbidden, 403, "forbidden"),
+    (NotFound, 404, "not_found"),
+    (ContentTooLarge, 413, "too_large"),
+    (ValidationError, 422, "validation_error"),
+    (MemorydTimeoutError, 504, "timeout"),
+    (Unavailable, 503, "unavailable"),
+)
+
+
+def body(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
+
+
+def response(status: int, kind: str, message: str, field: str | None = None,
+             headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body(kind, message, field), status_code=status, headers=headers)
+
+
+def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
+    """(status, type, message, field) of an exception raised while serving a request."""
+    if isinstance(exc, UNREACHABLE) and not isinstance(exc, Unavailable):
+        return 503, "unavailable", "the broker or the database is unreachable; retry later", None
+    for cls, status, kind in _STATUS:
+        if isinstance(exc, cls):
+            if isinstance(exc, ValidationError):
+                return status, kind, exc.message, exc.field
+            return status, kind, str(exc), None
+    return 500, "internal", "internal error; the gateway's log has the details", None
+
+
+def from_exception(exc: BaseException) -> JSONResponse:
+    status, kind, message, field = classify(exc)
+    if status == 500:
+        log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return response(status, kind, message, field, headers)

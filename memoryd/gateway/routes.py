@@ -1,0 +1,120 @@
+"""``/v1/agents/{agent}/...``: an agent's memories, recall, context, graph and sessions.
+
+Each handler checks the key against the agent, parses its body with
+``memoryd.validation`` and makes one ``MemoryClient`` call: the workers embed, write
+and read, exactly as for a Python caller. Handlers are plain functions, run in the
+gateway's thread pool while they wait on a worker."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from memoryd import validation as check
+from memoryd.errors import NotFound, ValidationError
+from memoryd.gateway import access
+from memoryd.gateway.deps import Client, Config, JsonBody, Key
+from memoryd.gateway.schema import request_body
+from memoryd.types import (
+    Added,
+    ContextRequest,
+    ContextResult,
+    Deleted,
+    Entity,
+    Memory,
+    Page,
+    Recalled,
+    RecallRequest,
+    SessionInfo,
+    StoreBatch,
+    StoreItem,
+    StoreResult,
+)
+
+# `:path`: agent ids may hold slashes ("team-a/scout", for prefix-scoped keys).
+router = APIRouter(prefix="/v1/agents/{agent:path}", tags=["memories"])
+REQUEST_MODELS: list[type[BaseModel]] = [StoreItem, StoreBatch, RecallRequest, ContextRequest,
+                                         Entity]
+
+
+@router.post("/memories", status_code=201, openapi_extra=request_body(StoreItem, StoreBatch),
+             summary="Store one memory, or a batch as {\"items\": [...]}")
+def store(agent: str, key: Key, client: Client, config: Config,
+          payload: JsonBody) -> StoreResult | list[StoreResult]:
+    agent_id = access.authorize(key, agent, "write")
+    if isinstance(payload, dict) and set(payload) == {"items"}:
+        results = client.store_many(agent_id, payload["items"])
+        assert isinstance(results, list)
+        return results
+    if not isinstance(payload, dict):
+        raise ValidationError("body", "must be a JSON object")
+    item = check.store_item(payload, config.max_content_bytes)
+    result = client.store(agent_id, item.content,
+                          **item.model_dump(exclude_none=True, exclude={"content"}))
+    assert isinstance(result, StoreResult)
+    return result
+
+
+@router.get("/memories", summary="List memories, newest first, a page at a time")
+def list_memories(agent: str, key: Key, client: Client, category: str | None = None,
+                  limit: Annotated[int, Query()] = 50,
+                  offset: Annotated[int, Query()] = 0) -> Page:
+    agent_id = access.authorize(key, agent, "read")
+    return client.list(agent_id, category=category, limit=limit, offset=offset)
+
+
+@router.get("/memories/{memory_id}", summary="One memory")
+def get_memory(agent: str, memory_id: str, key: Key, client: Client) -> Memory:
+    return client.get(access.authorize(key, agent, "read"), memory_id)
+
+
+@router.delete("/memories/{memory_id}", summary="Forget one memory (404 if there is none)")
+def forget(agent: str, memory_id: str, key: Key, client: Client) -> Deleted:
+    agent_id = access.authorize(key, agent, "write")
+    ref = check.memory_id(memory_id)
+    if not client.forget(agent_id, ref):
+        raise NotFound(f"memory {ref} not found for this agent")
+    return Deleted(id=ref, deleted=True)
+
+
+@router.post("/recall", openapi_extra=request_body(RecallRequest),
+             summary="Hybrid recall: the memories most relevant to a query")
+def recall(agent: str, key: Key, client: Client, payload: JsonBody) -> list[Recalled]:
+    agent_id = access.authorize(key, agent, "read")
+    asked = check.request(RecallRequest, payload)
+    return client.recall(agent_id, **asked.model_dump())
+
+
+@router.post("/context", openapi_extra=request_body(ContextRequest),
+             summary="Recalled memories as one block of text for a prompt")
+def context(agent: str, key: Key, client: Client, payload: JsonBody) -> ContextResult:
+    agent_id = access.authorize(key, agent, "read")
+    asked = check.request(ContextRequest, payload)
+    return ContextResult(context=client.context(agent_id, **asked.model_dump()))
+
+
+@router.post("/kg/entities", status_code=201, openapi_extra=request_body(Entity),
+             summary="Add or update a knowledge-graph entity and its relations")
+def kg_add(agent: str, key: Key, client: Client, payload: JsonBody) -> Added:
+    agent_id = access.authorize(key, agent, "write")
+    entity = check.entity(payload)
+    return Added(id=entity.id, added=client.kg_add(agent_id, entity))
+
+
+@router.get("/kg/entities/{entity_id:path}",
+            summary="An entity and what it relates to, up to depth hops away")
+def kg_query(agent: str, entity_id: str, key: Key, client: Client,
+             depth: Annotated[int, Query()] = 2) -> list[Entity]:
+    agent_id = access.authorize(key, agent, "read")
+    found = client.kg_query(agent_id, entity_id, depth)
+    if not found:
+        raise NotFound(f"entity {entity_id!r} not found for this agent")
+    return found
+
+
+@router.get("/sessions", summary="The agent's sessions")
+def sessions(agent: str, key: Key, client: Client) -> list[SessionInfo]:
+    return client.sessions(access.authorize(key, agent, "read"))
+

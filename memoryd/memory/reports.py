@@ -1,0 +1,45 @@
+"""Operator reports read from the database: recent maintenance runs and memories per
+agent. Shared by the CLI (``memoryd jobs history``, ``memoryd stats``) and the worker
+tasks behind the gateway's admin endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from memoryd.types import AgentStats, JobRun
+
+
+def job_runs(session: Session, job: str | None = None, limit: int = 20) -> list[JobRun]:
+    """The newest ``limit`` runs (of ``job``, if given), newest first."""
+    rows = session.execute(text("""
+        SELECT id, job, agent_id, status, dry_run, started_at, finished_at, stats, error
+        FROM maintenance_runs WHERE (CAST(:job AS text) IS NULL OR job = :job)
+        ORDER BY started_at DESC, id DESC LIMIT :n
+    """), {"job": job, "n": limit}).mappings()
+    return [JobRun.model_validate(dict(r)) for r in rows]
+
+
+def last_runs(session: Session) -> dict[str, dict[str, Any]]:
+    """The latest run of each job that ever ran, by job name."""
+    rows = session.execute(text("""
+        SELECT DISTINCT ON (job) job, status, started_at, finished_at, stats
+        FROM maintenance_runs ORDER BY job, started_at DESC, id DESC
+    """)).mappings()
+    return {r["job"]: dict(r) for r in rows}
+
+
+def agent_stats(session: Session, limit: int = 50) -> list[AgentStats]:
+    """Memories per category of the ``limit`` agents with the most memories."""
+    rows = session.execute(text("""
+        WITH top AS (SELECT agent_id, count(*) AS n FROM memories GROUP BY agent_id
+                     ORDER BY n DESC, agent_id LIMIT :n)
+        SELECT m.agent_id, top.n AS total, jsonb_object_agg(m.category, m.count) AS categories
+        FROM (SELECT agent_id, category, count(*) AS count FROM memories
+              WHERE agent_id IN (SELECT agent_id FROM top) GROUP BY agent_id, category) m
+        JOIN top USING (agent_id)
+        GROUP BY m.agent_id, top.n ORDER BY top.n DESC, m.agent_id
+    """), {"n": limit}).mappings()
+    return [AgentStats.model_validate(dict(r)) for r in rows]

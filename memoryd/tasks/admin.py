@@ -1,0 +1,53 @@
+"""Operator tasks behind the gateway's admin endpoints (queue ``memory``: each is one
+short statement): maintenance history, memories per agent, restore an evicted memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryd import validation as check
+from memoryd.errors import NotFound, ValidationError
+from memoryd.memory import reports
+from memoryd.memory.maintenance import restore as restore_evicted
+from memoryd.tasks.base import MemorydTask, dump, get_store
+from memoryd.worker import app
+
+
+@app.task(name="memoryd.admin.job_runs", base=MemorydTask)
+def job_runs(job: str | None = None, limit: int = 20) -> Any:
+    """The newest maintenance runs. Read-only."""
+    name = check.job_name(job) if job is not None else None
+    with get_store().session() as session:
+        return dump(reports.job_runs(session, name, check.limit(limit)))
+
+
+@app.task(name="memoryd.admin.stats", base=MemorydTask)
+def stats(limit: int = 50) -> Any:
+    """Memories per category of the largest agents. Read-only."""
+    with get_store().session() as session:
+        return dump(reports.agent_stats(session, check.limit(limit)))
+
+
+@app.task(name="memoryd.admin.restore", base=MemorydTask)
+def restore(target: int | str) -> str:
+    """Put an evicted memory back; returns its id. Idempotent for a memory id: when a
+    redelivered message finds the eviction already undone, it returns the restored
+    memory's id (an eviction number cannot be traced after its restore)."""
+    if isinstance(target, bool) or not isinstance(target, int | str):
+        raise ValidationError("id", "must be an eviction number or a memory id")
+    ref: int | str = target if isinstance(target, int) else str(check.uuid_of("id", target))
+    try:
+        return str(restore_evicted(get_store(), ref))
+    except NotFound:
+        if isinstance(ref, str) and _exists(ref):
+            return ref
+        raise
+
+
+def _exists(memory_id: str) -> bool:
+    from sqlalchemy import text
+
+    with get_store().session() as session:
+        found = session.execute(text("SELECT 1 FROM memories WHERE id = CAST(:m AS uuid)"),
+                                {"m": memory_id}).first()
+    return found is not None

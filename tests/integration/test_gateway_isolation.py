@@ -1,0 +1,129 @@
+"""Isolation through the front door, exhaustively: for every HTTP endpoint and every MCP
+tool, a key that does not cover agent A (another agent's key, a prefix key for another
+team, a read-only key for writes, an admin key for another agent) gets 403 or a tool
+error, and agent A's rows are exactly as before."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from memoryd.memory.store import MemoryStore
+from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.mcp_clients import TOOLS, run_http
+from tests.support.snapshots import agent_snapshot
+
+pytestmark = pytest.mark.slow
+SECRET = "Agent A's launch code is 0451."
+
+# (method, path, JSON body, writes?) for every agent endpoint; {a}, {m}, {e} are agent A,
+# one of A's memories and one of A's entities.
+ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, bool]] = [
+    ("POST", "/v1/agents/{a}/memories", {"content": "planted by B"}, True),
+    ("POST", "/v1/agents/{a}/memories", {"items": [{"content": "planted by B"}]}, True),
+    ("GET", "/v1/agents/{a}/memories", None, False),
+    ("GET", "/v1/agents/{a}/memories/{m}", None, False),
+    ("DELETE", "/v1/agents/{a}/memories/{m}", None, True),
+    ("POST", "/v1/agents/{a}/recall", {"query": "launch code"}, False),
+    ("POST", "/v1/agents/{a}/context", {"query": "launch code"}, False),
+    ("POST", "/v1/agents/{a}/kg/entities", {"id": "{e}", "attributes": {"x": 1}}, True),
+    ("GET", "/v1/agents/{a}/kg/entities/{e}", None, False),
+    ("GET", "/v1/agents/{a}/sessions", None, False),
+]
+
+
+@pytest.fixture
+def agent_a(store: MemoryStore) -> dict[str, str]:
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    agent = f"{team}/alice"
+    memory = store.store(agent, SECRET, session_id="s-a")
+    store.kg_add(agent, {"id": "vault", "type": "place",
+                         "relations": [{"target": "key", "type": "needs"}]})
+    return {"a": agent, "m": str(memory.id), "e": "vault", "team": team}
+
+
+def _keys_not_covering_a(store: MemoryStore, a: dict[str, str]) -> dict[str, str]:
+    team = a["team"]
+    return {
+        "another agent's key": make_key(store, agents=(f"{team}/bob",)),
+        "another team's prefix": make_key(store, prefixes=(f"{team}x/", f"{team}/b")),
+        "an admin key for another agent": make_key(store, agents=(f"{team}/bob",),
+                                                   admin=True),
+    }
+
+
+def _fill(value: Any, a: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return value.format(**a)
+    if isinstance(value, dict):
+        return {k: _fill(v, a) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, a) for v in value]
+    return value
+
+
+def test_no_http_endpoint_lets_a_key_reach_an_agent_it_does_not_cover(
+        http: httpx.Client, store: MemoryStore, agent_a: dict[str, str]) -> None:
+    before = agent_snapshot(store, agent_a["a"])
+    keys = _keys_not_covering_a(store, agent_a)
+    keys["a read-only key for A (writes)"] = make_key(store, agents=(agent_a["a"],),
+                                                      read_only=True)
+    tried = 0
+    for kind, key in keys.items():
+        for method, path, body, writes in ENDPOINTS:
+            if kind.startswith("a read-only") and not writes:
+                continue
+            answer = http.request(method, _fill(path, agent_a), headers=bearer(key),
+                                  json=_fill(body, agent_a))
+            assert answer.status_code == 403, (kind, method, path, answer.text)
+            assert answer.json()["error"]["type"] == "forbidden"
+            assert SECRET not in answer.text
+            tried += 1
+    assert tried == 3 * len(ENDPOINTS) + sum(1 for *_, w in ENDPOINTS if w)
+    assert agent_snapshot(store, agent_a["a"]) == before
+
+
+def test_no_mcp_tool_reaches_an_agent_through_the_agent_header(
+        gateway: GatewayProcess, store: MemoryStore, agent_a: dict[str, str]) -> None:
+    before = agent_snapshot(store, agent_a["a"])
+    arguments = {"remember": {"content": "planted by B"}, "recall": {"query": "launch"},
+                 "forget": {"memory_id": agent_a["m"]}, "context": {"query": "launch"},
+                 "list_memories": {}, "kg_add": {"id": "vault"},
+                 "kg_query": {"start_id": "vault"}}
+    assert set(arguments) == TOOLS
+    accept = {"Accept": "application/json, text/event-stream"}
+    for kind, key in _keys_not_covering_a(store, agent_a).items():
+        for tool, args in arguments.items():
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": tool, "arguments": args}}
+            answer = httpx.post(f"{gateway.url}/mcp", json=call, headers={
+                **accept, **bearer(key), "X-Memoryd-Agent": agent_a["a"]})
+            assert answer.status_code == 403, (kind, tool, answer.text)
+            assert SECRET not in answer.text
+    assert agent_snapshot(store, agent_a["a"]) == before
+
+
+def test_mcp_tools_bound_to_b_never_touch_as_data_whatever_the_arguments(
+        gateway: GatewayProcess, store: MemoryStore, agent_a: dict[str, str]) -> None:
+    before = agent_snapshot(store, agent_a["a"])
+    key = make_key(store, agents=(f"{agent_a['team']}/bob",))
+
+    async def session(client: Client) -> list[Any]:
+        calls = [("recall", {"query": "launch code 0451", "mode": "deep"}),
+                 ("context", {"query": "launch code"}),
+                 ("list_memories", {"limit": 200}),
+                 ("forget", {"memory_id": agent_a["m"]}),
+                 ("kg_query", {"start_id": "vault"}),
+                 ("kg_add", {"id": "vault", "attributes": {"owner": "bob"}}),
+                 ("remember", {"content": SECRET})]
+        return [await client.call_tool(name, args) for name, args in calls]
+
+    results = run_http(gateway.url, bearer(key), session)
+    seen = " ".join(str(r.content) + str(r.structured_content) for r in results[:5])
+    assert SECRET not in seen and "0451" not in seen
+    assert results[3].structured_content == {"id": agent_a["m"], "forgotten": False}
+    assert agent_snapshot(store, agent_a["a"]) == before

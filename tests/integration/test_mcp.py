@@ -1,0 +1,134 @@
+"""MCP with the SDK's own client: over streamable HTTP on a real gateway (the agent bound
+by the key, or by X-Memoryd-Agent within the key's scope) and over stdio through
+``memoryd mcp --agent``; tools listed with schemas and annotations, remember, recall,
+forget and the rest."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from memoryd.memory.store import MemoryStore
+from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.mcp_clients import TOOLS, run_http, run_stdio, structured
+
+pytestmark = pytest.mark.slow
+
+
+async def _remember_recall_forget(client: Client) -> dict[str, Any]:
+    listed = await client.list_tools()
+    stored = structured(await client.call_tool(
+        "remember", {"content": "The user's favourite colour is teal.", "tags": ["taste"]}))
+    found = structured(await client.call_tool("recall", {"query": "favourite colour?"}))
+    text = (await client.call_tool("recall", {"query": "favourite colour?"})).content[0]
+    gone = structured(await client.call_tool("forget", {"memory_id": stored["id"]}))
+    after = structured(await client.call_tool("recall", {"query": "favourite colour?"}))
+    return {"tools": listed.tools, "stored": stored, "found": found, "text": text.text,
+            "gone": gone, "after": after}
+
+
+def _check_session(outcome: dict[str, Any]) -> None:
+    tools = {tool.name: tool for tool in outcome["tools"]}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description and len(tool.description) > 40
+        assert tool.input_schema["type"] == "object"
+        assert "agent_id" not in tool.input_schema["properties"]
+        assert "agent" not in tool.input_schema["properties"]
+    for name in ("recall", "context", "list_memories", "kg_query"):
+        assert tools[name].annotations.read_only_hint is True
+    assert tools["forget"].annotations.destructive_hint is True
+    assert tools["remember"].annotations.read_only_hint is False
+
+    assert outcome["stored"]["stored"] is True
+    hits = outcome["found"]["memories"]
+    assert hits[0]["memory"]["id"] == outcome["stored"]["id"]
+    assert "The user's favourite colour is teal." in outcome["text"]
+    assert outcome["gone"] == {"id": outcome["stored"]["id"], "forgotten": True}
+    assert outcome["stored"]["id"] not in {h["memory"]["id"]
+                                           for h in outcome["after"]["memories"]}
+
+
+def test_mcp_over_http_binds_the_keys_agent(gateway: GatewayProcess, store: MemoryStore,
+                                            agent_id: str) -> None:
+    key = make_key(store, agents=(agent_id,))
+    outcome = run_http(gateway.url, bearer(key), _remember_recall_forget)
+    _check_session(outcome)
+    assert store.list(agent_id).total == 0  # remembered, then forgotten, for this agent
+
+
+def test_mcp_over_http_takes_an_agent_header_within_the_keys_scope(
+        gateway: GatewayProcess, store: MemoryStore) -> None:
+    team = f"team-{uuid.uuid4()}/"
+    key = make_key(store, prefixes=(team,))
+    headers = {**bearer(key), "X-Memoryd-Agent": f"{team}scout"}
+
+    async def session(client: Client) -> Any:
+        stored = structured(await client.call_tool("remember", {"content": "Scouted hill 3."}))
+        structured(await client.call_tool("kg_add", {
+            "id": "hill-3", "type": "place", "relations": [{"target": "river",
+                                                            "type": "near"}]}))
+        graph = structured(await client.call_tool("kg_query", {"start_id": "hill-3"}))
+        page = structured(await client.call_tool("list_memories", {}))
+        context = structured(await client.call_tool("context", {"query": "hill"}))
+        return stored, graph, page, context
+
+    stored, graph, page, context = run_http(gateway.url, headers, session)
+    assert {e["id"] for e in graph["entities"]} == {"hill-3", "river"}
+    assert [m["id"] for m in page["items"]] == [stored["id"]]
+    assert "Scouted hill 3." in context["context"]
+    assert [m.content for m in store.list(f"{team}scout").items] == ["Scouted hill 3."]
+
+
+def test_mcp_over_http_refuses_missing_keys_and_unbound_agents(
+        gateway: GatewayProcess, store: MemoryStore, agent_id: str) -> None:
+    several = make_key(store, agents=(agent_id, f"{agent_id}-2"))
+    single = make_key(store, agents=(agent_id,))
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    cases = [({}, 401), (bearer("mdk_unknown"), 401), (bearer(several), 403),
+             ({**bearer(single), "X-Memoryd-Agent": "someone-else"}, 403)]
+    for headers, status in cases:
+        answer = httpx.post(f"{gateway.url}/mcp", json=hello, headers={**accept, **headers})
+        assert answer.status_code == status, answer.text
+        assert answer.json()["error"]["type"] in {"unauthorized", "forbidden"}
+
+
+def test_an_agent_id_argument_cannot_redirect_a_tool(
+        gateway: GatewayProcess, store: MemoryStore, agent_id: str) -> None:
+    victim = f"victim-{uuid.uuid4()}"
+    store.store(victim, "The victim's secret plan is to launch on Tuesday.")
+    key = make_key(store, agents=(agent_id,))
+
+    async def session(client: Client) -> Any:
+        return await client.call_tool("recall", {"query": "secret plan launch",
+                                                 "agent_id": victim})
+
+    result = run_http(gateway.url, bearer(key), session)
+    assert "Tuesday" not in str(result.content) and "Tuesday" not in str(
+        result.structured_content)
+    assert store.list(victim).total == 1
+
+
+def test_a_tool_error_is_reported_to_the_model_not_raised(
+        gateway: GatewayProcess, store: MemoryStore, agent_id: str) -> None:
+    key = make_key(store, agents=(agent_id,))
+
+    async def session(client: Client) -> Any:
+        return await client.call_tool("forget", {"memory_id": "not-a-uuid"})
+
+    result = run_http(gateway.url, bearer(key), session)
+    assert result.is_error
+    assert "memory_id" in result.content[0].text
+
+
+def test_mcp_over_stdio_acts_for_the_commands_agent(
+        worker: object, service_env: dict[str, str], store: MemoryStore,
+        agent_id: str) -> None:
+    outcome = run_stdio(agent_id, service_env, _remember_recall_forget)
+    _check_session(outcome)
+    assert store.list(agent_id).total == 0
