@@ -240,11 +240,10 @@ def keyword_coverage(store: Any, agent: str, qs: Sequence[str], k: int = 30) -> 
 
 # --- the client path ---------------------------------------------------------------
 @contextmanager
-def worker_client(url: str, workdir: Path) -> Iterator[Any]:
-    """An embedded Redis, one memory worker (concurrency 2) and a ``MemoryClient``."""
+def memory_worker(url: str, workdir: Path) -> Iterator[str]:
+    """An embedded Redis and one memory worker (concurrency 2) on it; the broker URL."""
     from celery import Celery
 
-    from memoryd.client import MemoryClient
     from memoryd.embedded.redis import EmbeddedRedis
 
     redis = EmbeddedRedis(workdir / "redis")
@@ -267,20 +266,35 @@ def worker_client(url: str, workdir: Path) -> Iterator[Any]:
                     raise RuntimeError(f"worker did not start; see {workdir / 'worker.log'}")
         finally:
             app.close()
-        with MemoryClient(broker_url=broker, timeout=120.0) as client:
-            yield client
+        yield broker
     finally:
-        if proc.poll() is None:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                with suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_process_group(proc)
         log.close()
         redis.stop()
+
+
+def stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a process started with ``start_new_session``, SIGKILL after 20 s."""
+    if proc.poll() is not None:
+        return
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+@contextmanager
+def worker_client(url: str, workdir: Path) -> Iterator[Any]:
+    """A ``MemoryClient`` on ``memory_worker``."""
+    from memoryd.client import MemoryClient
+
+    with memory_worker(url, workdir) as broker, \
+            MemoryClient(broker_url=broker, timeout=120.0) as client:
+        yield client
 
 
 def measure_client(client: Any, agent: str, qs: Sequence[str]) -> list[float]:
