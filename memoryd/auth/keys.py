@@ -112,19 +112,30 @@ class KeyVerifier:
 
     def verify(self, key: str) -> KeyScope | None:
         """The key's scope if it is known, not revoked and not expired; else None."""
+        known, found = self.cached(key)
+        if known:
+            return found
+        with session_scope(self.engine) as session:
+            found = lookup(session, key)
+        with self._lock:
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen[scope.secret_hash(key) if isinstance(key, str) else ""] = (
+                time.monotonic(), found)
+        return self._usable(found)
+
+    def cached(self, key: str) -> tuple[bool, KeyScope | None]:
+        """(True, what ``verify`` would answer) if that answer is cached and fresh;
+        (False, None) if answering needs the database."""
         digest = scope.secret_hash(key) if isinstance(key, str) else ""
-        now = time.monotonic()
         with self._lock:
             hit = self._seen.get(digest)
-        if hit is None or now - hit[0] >= self.ttl:
-            with session_scope(self.engine) as session:
-                found = lookup(session, key)
-            with self._lock:
-                if len(self._seen) > 10_000:
-                    self._seen.clear()
-                self._seen[digest] = (now, found)
-        else:
-            found = hit[1]
+        if hit is None or time.monotonic() - hit[0] >= self.ttl:
+            return False, None
+        return True, self._usable(hit[1])
+
+    @staticmethod
+    def _usable(found: KeyScope | None) -> KeyScope | None:
         return found if found is not None and found.usable(clock.now()) else None
 
     def clear(self) -> None:
