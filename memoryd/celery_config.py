@@ -7,13 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu.entity import Queue
-
+from memoryd.broker import QUEUES, broker_for
 from memoryd.config import Settings
 
-MEMORY_QUEUE = "memory"
-MAINTENANCE_QUEUE = "maintenance"
-QUEUES = (MEMORY_QUEUE, MAINTENANCE_QUEUE)
+MEMORY_QUEUE, MAINTENANCE_QUEUE = QUEUES
 MAINTENANCE_TASK_PREFIX = "memoryd.maintenance."
 
 
@@ -23,18 +20,19 @@ def restore_interval_s(visibility_timeout_s: int) -> int:
 
 
 def broker_transport_options(settings: Settings) -> dict[str, Any]:
-    """The Redis transport's redelivery settings.
+    """The Redis transport's redelivery settings (RabbitMQ ignores them).
 
     A message a worker took but never acknowledged (the worker was killed) waits in
-    the ``unacked`` hash until a live worker's sweep finds it older than the
-    visibility timeout and puts it back on its queue. kombu sweeps on consumer
-    start and then every ``unacked_restore_interval`` seconds, but by default scans
-    only every ``unacked_restore_throttle``-th (10th) time. Scan on every sweep, so
-    redelivery comes at most ``visibility_timeout_s`` plus one interval after
-    delivery, once a worker is running. A sweep holds a Redis lock that outlives a
-    worker killed mid-sweep by ``unacked_mutex_expire`` (kombu: 300 s); keep that
-    within the visibility timeout too (restoring is transactional per message, so two
-    overlapping sweeps cannot duplicate one).
+    the ``unacked`` hash until a live worker's sweep finds its lease older than the
+    visibility timeout and puts it back on its queue; live workers renew the leases of
+    what they hold (``memoryd.broker.redis_leases``). kombu sweeps on consumer start and
+    then every ``unacked_restore_interval`` seconds, but by default scans only every
+    ``unacked_restore_throttle``-th (10th) time. Scan on every sweep, so redelivery
+    comes at most ``visibility_timeout_s`` plus one interval after the last renewal,
+    once a worker is running. A sweep holds a Redis lock that outlives a worker killed
+    mid-sweep by ``unacked_mutex_expire`` (kombu: 300 s); keep that within the
+    visibility timeout too (restoring is transactional per message, so two overlapping
+    sweeps cannot duplicate one).
     """
     visibility = settings.visibility_timeout_s
     return {"visibility_timeout": visibility,
@@ -57,6 +55,7 @@ def celery_config(settings: Settings, *, broker_url: str | None = None,
     timezone. ``broker_url`` and ``result_backend`` override the settings' (a client
     pointed at another broker keeps the result backend on it unless told otherwise)."""
     broker = broker_url or settings.resolved_broker_url()
+    kind = broker_for(broker)
     return {
         "broker_url": broker,
         "result_backend": result_backend or settings.result_backend or broker,
@@ -64,7 +63,7 @@ def celery_config(settings: Settings, *, broker_url: str | None = None,
         "result_serializer": "json",
         "accept_content": ["json"],
         "result_accept_content": ["json"],
-        "task_queues": tuple(Queue(name) for name in QUEUES),
+        "task_queues": tuple(kind.queue(name, settings) for name in QUEUES),
         "task_default_queue": MEMORY_QUEUE,
         "task_routes": {f"{MAINTENANCE_TASK_PREFIX}*": {"queue": MAINTENANCE_QUEUE},
                         "memoryd.*": {"queue": MEMORY_QUEUE}},

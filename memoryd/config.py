@@ -88,7 +88,12 @@ class Settings(BaseSettings):
     # --- worker -----------------------------------------------------------------
     task_soft_time_limit_s: int = Field(240, gt=0)
     task_time_limit_s: int = Field(300, gt=0)
-    visibility_timeout_s: int = Field(600, gt=0)
+    visibility_timeout_s: int = Field(
+        30, ge=3, description="Redis: a dead worker's messages are redelivered this long after "
+                              "its last lease renewal")
+    dead_letter_after: int = Field(
+        5, ge=1, le=1000, description="deliveries of a message that never finishes before "
+                                      "it is set aside as a dead letter")
     result_expires_s: int = Field(3600, gt=0)
     store_batch_size: int = Field(
         1, ge=1, le=1024, description="store messages a worker embeds and writes together; 1 = off")
@@ -157,9 +162,6 @@ class Settings(BaseSettings):
                 validate_cron(value, f"{_SCHEDULE_PREFIX}{job.upper()}")
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
-        # A task still running when the visibility timeout expires is delivered twice.
-        if self.visibility_timeout_s <= self.task_time_limit_s:
-            raise ValueError("visibility_timeout_s must exceed task_time_limit_s")
         return self
 
     def weights(self) -> dict[str, float]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from memoryd.celery_config import QUEUES
+from memoryd.broker import QUEUES
 
 log = structlog.get_logger(__name__)
 # Ctrl-C, a supervisor, the terminal closing: each stops a long-running command cleanly,
@@ -32,6 +32,9 @@ def register(commands: Any) -> None:
     worker.add_argument("--queues", default=",".join(QUEUES),
                         help="comma-separated: memory, maintenance (default both)")
     worker.add_argument("--concurrency", type=int, default=None)
+    worker.add_argument("--name", default=None,
+                        help="node name before the @ (default: the queues, e.g. memory@host); "
+                             "several workers on one host need names of their own")
     worker.add_argument("--no-migrate", action="store_true",
                         help="do not apply migrations at start-up")
     worker.add_argument("--quiet", action="store_true", help="no start-up banner")
@@ -59,6 +62,12 @@ def _migrate(_args: argparse.Namespace) -> int:
     return 0
 
 
+def node_name(queues: list[str], name: str | None = None) -> str:
+    """The worker's Celery node name: ``<name or queues>@<host>`` (``%h``: Celery puts the
+    host name in). Compose healthchecks ping ``memory@$HOSTNAME``."""
+    return f"{name or '-'.join(queues)}@%h"
+
+
 def _worker(args: argparse.Namespace) -> int:
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = set(queues) - set(QUEUES)
@@ -70,7 +79,7 @@ def _worker(args: argparse.Namespace) -> int:
         _migrate(args)
     from memoryd.worker import app
 
-    argv = ["worker", f"--queues={','.join(queues)}", f"--hostname={'-'.join(queues)}@%h",
+    argv = ["worker", f"--queues={','.join(queues)}", f"--hostname={node_name(queues, args.name)}",
             f"--loglevel={args.log_level}"]
     if args.concurrency:
         argv.append(f"--concurrency={args.concurrency}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 
+from memoryd.broker import broker_for
 from memoryd.celery_config import celery_config
 from memoryd.config import Settings, get_settings
 
@@ -16,8 +17,10 @@ TASK_MODULES = ("memoryd.tasks.memory", "memoryd.tasks.maintenance", "memoryd.ta
 def worker_config(settings: Settings) -> dict[str, Any]:
     from memoryd.schedules.beat import beat_schedule
 
+    config = celery_config(settings)
     return {
-        **celery_config(settings),
+        **config,
+        **broker_for(config["broker_url"]).worker_options(settings),
         # A task is acknowledged only after it ran; if the worker dies, it is redelivered.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,

@@ -37,6 +37,16 @@ def _share_cores(sender: Any = None, **_: Any) -> None:
         reset_settings()
 
 
+@signals.worker_init.connect
+def _prepare_broker(sender: Any = None, **_: Any) -> None:
+    # RabbitMQ: every memoryd queue (Celery binds them all to its delayed-delivery
+    # exchanges, also those this worker does not consume) and the dead-letter queue.
+    from memoryd.broker import broker_for
+    from memoryd.worker import app
+
+    broker_for(app.conf.broker_url).prepare(app)
+
+
 @signals.worker_process_init.connect
 def _after_fork(**_: Any) -> None:
     # Pooled database connections and ONNX sessions must never be shared across a fork.

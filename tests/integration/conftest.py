@@ -27,7 +27,7 @@ from tests.support.workers import (
 TEST_HOME = Path(os.environ["MEMORYD_DATA_DIR"]).parent
 TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_terms", "agent_term_stats",
-          "api_keys")
+          "api_keys", "dead_letters")
 
 
 @pytest.fixture(scope="session")
@@ -132,14 +132,17 @@ def agent_id() -> str:
 @pytest.fixture
 def spawn_worker(pg_url: str, redis_url: str, tmp_path: Path
                  ) -> Iterator[Callable[..., WorkerProcess]]:
-    """Start extra workers (``spawn_worker(db=..., **env)``); all are killed afterwards."""
+    """Start extra workers (``spawn_worker(db=..., **env)``; ``module``: another entry point
+    than ``python -m memoryd``; ``broker_url``: another broker than the session Redis's
+    database ``db``); all are killed afterwards."""
     started: list[WorkerProcess] = []
 
     def spawn(db: int, *, concurrency: int = 1, queues: str = "memory,maintenance",
+              module: str = "memoryd", broker_url: str | None = None,
               **extra_env: str) -> WorkerProcess:
-        env = memoryd_env(pg_url, redis_db_url(redis_url, db), **extra_env)
+        env = memoryd_env(pg_url, broker_url or redis_db_url(redis_url, db), **extra_env)
         process = WorkerProcess(env, tmp_path / f"worker-{len(started)}.log", queues=queues,
-                                concurrency=concurrency)
+                                concurrency=concurrency, module=module)
         started.append(process)
         return process
 

@@ -3,7 +3,6 @@ the test PostgreSQL and Redis, client commands answered by the session worker.""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -17,25 +16,11 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.memory.store import MemoryStore
+from tests.support.cli import as_json, memoryd
 
 pytestmark = pytest.mark.slow
 
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-
-
-def memoryd(env: dict[str, str], *args: str, timeout: float = 120,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "memoryd", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, check=False)
-    if check and done.returncode != 0:
-        raise AssertionError(f"memoryd {' '.join(args)} exited {done.returncode}:\n"
-                             f"stdout: {done.stdout}\nstderr: {done.stderr}")
-    return done
-
-
-def as_json(done: subprocess.CompletedProcess[str]) -> Any:
-    return json.loads(done.stdout)
 
 
 @pytest.fixture
@@ -248,15 +233,6 @@ def test_bad_configuration_fails_before_doing_anything(
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "data").exists()
-
-
-def test_visibility_timeout_must_exceed_task_time_limit() -> None:
-    from memoryd.config import override_settings
-    from memoryd.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="visibility_timeout_s must exceed task_time_limit_s"), \
-            override_settings(visibility_timeout_s="60", task_time_limit_s="300"):
-        pass
 
 
 def test_memoryd_runs_as_a_file_as_celery_restarts_it() -> None:

@@ -40,13 +40,14 @@ class WorkerProcess:
     prefork children too), logging to a file."""
 
     def __init__(self, env: dict[str, str], log_path: Path, *,
-                 queues: str = "memory,maintenance", concurrency: int = 2) -> None:
+                 queues: str = "memory,maintenance", concurrency: int = 2,
+                 module: str = "memoryd") -> None:
         self.env = env
         self.broker_url = env["MEMORYD_BROKER_URL"]
         self.log_path = log_path
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "--log-level", "INFO", "worker",
+            [sys.executable, "-m", module, "--log-level", "INFO", "worker",
              "--queues", queues, "--concurrency", str(concurrency)],
             env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True)

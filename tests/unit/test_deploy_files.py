@@ -504,8 +504,11 @@ def test_worker_healthchecks_ping_the_node_names_memoryd_worker_uses() -> None:
     for service, queue in (("worker-memory", "memory"), ("worker-maintenance", "maintenance")):
         test = " ".join(compose["services"][service]["healthcheck"]["test"])
         assert f"-d {queue}@$$HOSTNAME" in test.replace("$$$$", "$$"), service
-    services_src = (ROOT / "memoryd" / "cli" / "services.py").read_text()
-    assert "--hostname={'-'.join(queues)}@%h" in services_src
+    from memoryd.cli.services import node_name
+
+    assert node_name(["memory"]) == "memory@%h"
+    assert node_name(["maintenance"]) == "maintenance@%h"
+    assert node_name(["memory"], "memory-2") == "memory-2@%h"
 
 
 def test_the_gateway_listens_in_its_container_and_is_published_on_loopback() -> None:
@@ -519,3 +522,38 @@ def test_the_gateway_listens_in_its_container_and_is_published_on_loopback() -> 
     assert "http://127.0.0.1:8765/healthz" in check
     assert "EXPOSE 8765" in DOCKERFILE.read_text()
 
+
+
+# --- docker-compose.rabbitmq.yml: RabbitMQ as the broker ---------------------------------
+
+RABBITMQ_OVERRIDE = ROOT / "docker-compose.rabbitmq.yml"
+BROKER_USERS = ("worker-memory", "worker-maintenance", "beat", "gateway", "flower")
+
+
+def _override() -> dict[str, Any]:
+    loaded = yaml.safe_load(RABBITMQ_OVERRIDE.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_the_rabbitmq_override_points_every_broker_user_at_rabbitmq() -> None:
+    services = _override()["services"]
+    base = _services()
+    for name in BROKER_USERS:
+        assert name in base, f"{name} overridden but not in docker-compose.yml"
+        url = services[name]["environment"]["MEMORYD_BROKER_URL"]
+        assert url.startswith("amqp://memoryd:${RABBITMQ_PASSWORD:?"), url
+        assert url.endswith("@rabbitmq:5672//"), url
+        assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+    # The result backend stays on Redis: the override does not touch it.
+    assert all("MEMORYD_RESULT_BACKEND" not in services[n]["environment"]
+               for n in BROKER_USERS)
+
+
+def test_rabbitmq_needs_a_password_keeps_its_data_and_listens_on_loopback_only() -> None:
+    rabbit = _override()["services"]["rabbitmq"]
+    assert rabbit["environment"]["RABBITMQ_DEFAULT_PASS"].startswith("${RABBITMQ_PASSWORD:?")
+    assert any(v.endswith(":/var/lib/rabbitmq") for v in rabbit["volumes"])
+    assert "rabbitmq-diagnostics" in _healthcheck_argv(rabbit)
+    assert all(str(port).startswith("127.0.0.1:") for port in rabbit["ports"])
+    assert "rabbitmq-data" in _override()["volumes"]
