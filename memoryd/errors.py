@@ -73,5 +73,10 @@ class Forbidden(MemorydError):
     """The API key is valid but its scope or permissions do not cover the request."""
 
 
+class DeadLettered(MemorydError):
+    """The task's message was delivered too many times without finishing (it kept
+    killing its worker process) and was set aside: ``memoryd dlq``."""
+
+
 class Unavailable(MemorydError):
     """The broker or the database cannot be reached right now: transient, retry later."""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from memoryd.memory.embeddings import Embedder
     from memoryd.memory.llm import LLM
     from memoryd.memory.store import MemoryStore
+    from memoryd.worker.poison import DeliveryGuard
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Globals:
     query_embedder: Embedder | None = None
     llm: LLM | None = None  # installed by tests; otherwise chosen from the settings per call
     clock: Callable[[], datetime] | None = None  # installed by tests
+    delivery_guard: DeliveryGuard | None = None  # a worker's main process only
     # Held while a getter builds its object, so two threads never build two.
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -52,5 +54,6 @@ def reset(*, after_fork: bool = False) -> None:
         GLOBALS.settings = GLOBALS.engine = GLOBALS.store = None
         GLOBALS.embedder = GLOBALS.query_embedder = GLOBALS.llm = None
         GLOBALS.clock = None
+        GLOBALS.delivery_guard = None
     if engine is not None:
         engine.dispose(close=not after_fork)

@@ -10,7 +10,7 @@ from memoryd.errors import MemorydError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memoryd.cli import client_cmds, front, keys, ops, services
+    from memoryd.cli import client_cmds, dlq, front, keys, ops, portable, services
 
     parser = argparse.ArgumentParser(
         prog="memoryd", description="Long-term memory for fleets of LLM agents.")
@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     client_cmds.register(commands)
     ops.register(commands)
     keys.register(commands)
+    dlq.register(commands)
+    portable.register(commands)
     front.register(commands)
     return parser
 

@@ -91,7 +91,7 @@ def _jobs_history(args: argparse.Namespace) -> int:
 
 def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
     """Workers that answer a ping, and how many messages wait in each queue."""
-    from memoryd.celery_config import QUEUES
+    from memoryd.broker import broker_for
     from memoryd.worker import app
 
     view: dict[str, Any] = {"workers": [], "queues": {}}
@@ -99,28 +99,29 @@ def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
         replies = app.control.ping(timeout=timeout) or []
         view["workers"] = sorted(name for reply in replies for name in reply)
         with app.connection_for_read() as conn:
-            client = conn.default_channel.client
-            for queue in QUEUES:
-                view["queues"][queue] = int(client.llen(queue))
+            view["queues"] = broker_for(app.conf.broker_url).queue_lengths(
+                conn.default_channel)
     except Exception as exc:  # an unreachable broker is a status, not a crash
         view["error"] = f"broker unreachable: {type(exc).__name__}"
     return view
 
 
 def _status(args: argparse.Namespace) -> int:
-    from memoryd.memory import reports
+    from memoryd.memory import dead_letters, reports
 
     view = _broker_view()
     with _store().session() as session:
         runs = reports.last_runs(session)
+        dead = dead_letters.count(session)
     if args.json:
-        print(as_json({**view, "jobs": runs}))
+        print(as_json({**view, "dead_letters": dead, "jobs": runs}))
         return 0
     print(f"workers: {', '.join(view['workers']) or 'none answering'}")
     if "error" in view:
         print(view["error"])
     for queue, length in view["queues"].items():
         print(f"queue {queue}: {length} waiting")
+    print(f"dead letters: {dead}" + (" (memoryd dlq list)" if dead else ""))
     print(table(("job", "last status", "started", "stats"),
                 [(job, runs[job]["status"] if job in runs else "never",
                   runs[job]["started_at"].strftime("%Y-%m-%d %H:%M:%S") if job in runs else "",

@@ -3,6 +3,8 @@ transient errors, and conversion of results to plain JSON."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -28,8 +30,10 @@ def get_store() -> MemoryStore:
         if GLOBALS.store is None:
             from memoryd.db.engine import get_engine
             from memoryd.memory.store import MemoryStore
+            from memoryd.tasks.maintenance import request_index_build
 
             GLOBALS.store = MemoryStore(engine=get_engine())
+            GLOBALS.store.index_watch.request = request_index_build
         return GLOBALS.store
 
 
@@ -46,6 +50,24 @@ class MemorydTask(Task):  # type: ignore[misc]
     retry_backoff_max = 60
     retry_jitter = True
     max_retries = 8
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Check the message's shape first: a missing or unknown argument of a
+        hand-crafted message is a ``ValidationError`` naming it, not a ``TypeError``."""
+        try:
+            inspect.signature(self.run).bind(*args, **kwargs)
+        except TypeError as exc:
+            named = re.search(r"'([^']+)'", str(exc))
+            raise ValidationError(named.group(1) if named else "message",
+                                  str(exc)) from None
+        return super().__call__(*args, **kwargs)
+
+    def Strategy(self, task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
+        """Celery's message handler, behind the delivery guard: poison messages become
+        dead letters instead of killing worker processes forever."""
+        from memoryd.worker.strategies import guarded
+
+        return guarded(task, app, consumer, **kwargs)
 
 
 def dump(value: Any) -> Any:

@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from celery.worker.strategy import default as default_strategy
 
 from memoryd import validation as check
 from memoryd.config import get_settings
 from memoryd.errors import ValidationError
 from memoryd.tasks.base import MemorydTask, dump, get_store
-from memoryd.types import StoreItem
+from memoryd.types import RecallRequest, StoreItem
 from memoryd.worker import app
 from memoryd.worker.batching import DONE, FAILED, FALLBACK, BatchItem, batching_strategy
+from memoryd.worker.strategies import guarded
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +39,7 @@ class StoreTask(MemorydTask):
     def Strategy(self, task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
         size = store_batch_size()
         if size <= 1:
-            return default_strategy(task, app, consumer, **kwargs)
+            return guarded(task, app, consumer, **kwargs)
         log.info("store.batching", max_batch=size, max_held=STORE_HELD_FACTOR * size)
         return batching_strategy(task, app, consumer, store_batch, max_batch=size,
                                  max_held=STORE_HELD_FACTOR * size, **kwargs)
@@ -115,7 +115,13 @@ def store_many(agent_id: str, items: list[dict[str, Any]]) -> Any:
 @app.task(name="memoryd.recall", base=MemorydTask)
 def recall(agent_id: str, query: str, **options: Any) -> Any:
     """Hybrid recall. Safe to repeat (it only bumps access counters)."""
+    unknown = sorted(set(options) - RECALL_OPTIONS)
+    if unknown:
+        raise ValidationError(unknown[0], "is not a recall option")
     return dump(get_store().recall(agent_id, query, **options))
+
+
+RECALL_OPTIONS = frozenset(RecallRequest.model_fields) - {"query"}
 
 
 @app.task(name="memoryd.context", base=MemorydTask)

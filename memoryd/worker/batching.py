@@ -37,7 +37,6 @@ from typing import Any
 import structlog
 from celery.exceptions import TaskRevokedError
 from celery.worker import state as worker_state
-from celery.worker.strategy import default as default_strategy
 
 log = structlog.get_logger(__name__)
 
@@ -48,18 +47,6 @@ FALLBACK = "fallback"  # not handled by the batch: run alone on the ordinary pat
 # One item per request: (task id, positional args, keyword args).
 BatchItem = tuple[str, Sequence[Any], dict[str, Any]]
 BatchRunner = Callable[[list[BatchItem]], list[str]]
-
-
-class _ConsumerView:
-    """The consumer as the default strategy sees it, except for where ready
-    requests go."""
-
-    def __init__(self, consumer: Any, on_task_request: Callable[[Any], None]) -> None:
-        self._consumer = consumer
-        self.on_task_request = on_task_request
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._consumer, name)
 
 
 class Batcher:
@@ -154,6 +141,9 @@ class Batcher:
 
 def batching_strategy(task: Any, app: Any, consumer: Any, runner: BatchRunner, *,
                       max_batch: int, max_held: int, **kwargs: Any) -> Any:
-    """Celery's default message handler for ``task``, its ready requests batched."""
+    """Celery's default message handler for ``task`` (with the delivery guard), its
+    ready requests batched."""
+    from memoryd.worker.strategies import guarded
+
     batcher = Batcher(task, consumer, runner, max_batch=max_batch, max_held=max_held)
-    return default_strategy(task, app, _ConsumerView(consumer, batcher.submit), **kwargs)
+    return guarded(task, app, consumer, route=batcher.submit, **kwargs)
