@@ -19,6 +19,7 @@ from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import NotFound
 from memoryd.memory import graph, ranking, recall, sessions, writes
+from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
     Embedder,
     get_embedder,
@@ -56,6 +57,9 @@ class MemoryStore:
         self._query_embedder = query_embedder or embedder
         # Recall's per-store helpers: each agent's size, and the query-embedding threads.
         self.agent_sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
+        # Large agents recalled without an index of their own; a worker sets its request.
+        self.index_watch = IndexWatch(self.settings.agent_index_min_memories,
+                                      self.settings.recall_exact_threshold)
         self.query_embedding = recall.QueryEmbedding(lambda: self.query_embedder)
         self._embedded: Any = None
 
@@ -142,6 +146,8 @@ class MemoryStore:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
                                CANDIDATE_FACTOR * limit, ef_search=self.settings.hnsw_ef_search)
             found = recall.execute(session, plan, pending)
+            if plan.agent_size is not None:
+                self.index_watch.notice(session, agent, plan.agent_size)
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})
             ranked = ranking.rank(found, neighbours, self.settings,

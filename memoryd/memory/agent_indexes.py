@@ -1,0 +1,69 @@
+"""No slow first hour: a large agent without an index of its own is noticed when it
+recalls, and the ``index_agents`` job is asked to run at once instead of at its next
+hourly turn.
+
+Recall already knows an agent's size class; for an agent at or past
+``agent_index_min_memories`` the watch looks up its index by name (one catalog lookup)
+and, if there is none, calls the store's ``request`` (in a worker: enqueue the job on the
+maintenance queue). Each agent is looked at once per ``RECHECK_S`` per process, so an
+agent crossing the line gets one request per process, not one per recall; the job itself
+takes a fleet-wide lock and builds an index only where one is missing, so requests from
+several processes still build it once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from memoryd.memory.maintenance.index_agents import index_name
+
+RECHECK_S = 600.0
+
+
+class IndexWatch:
+    def __init__(self, min_memories: int, exact_threshold: int,
+                 request: Callable[[str], None] | None = None) -> None:
+        self.min_memories = min_memories
+        self.exact_threshold = exact_threshold
+        self.request = request
+        self._checked: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def notice(self, session: Session, agent_id: str, size: int) -> bool:
+        """Ask for the agent's index if it needs one and lacks it; whether it asked.
+        ``size`` is the recall plan's count, capped just past the exact threshold."""
+        if self.request is None or not self.min_memories or not self._due(agent_id):
+            return False
+        if not self._large(session, agent_id, size) or self._indexed(session, agent_id):
+            return False
+        self.request(agent_id)
+        return True
+
+    def _due(self, agent_id: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._checked.get(agent_id)
+            if last is not None and now - last < RECHECK_S:
+                return False
+            if len(self._checked) > 100_000:
+                self._checked.clear()
+            self._checked[agent_id] = now
+        return True
+
+    def _large(self, session: Session, agent_id: str, size: int) -> bool:
+        if self.min_memories <= self.exact_threshold + 1 or size <= self.exact_threshold:
+            return size >= self.min_memories  # the plan's count decides
+        counted = session.execute(text(
+            "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
+            {"a": agent_id, "n": self.min_memories}).scalar_one()
+        return int(counted) >= self.min_memories
+
+    @staticmethod
+    def _indexed(session: Session, agent_id: str) -> bool:
+        found = session.execute(text("SELECT to_regclass(:name) IS NOT NULL"),
+                                {"name": index_name(agent_id)}).scalar_one()
+        return bool(found)
