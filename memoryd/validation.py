@@ -124,13 +124,14 @@ def unit_interval(field: str, value: object) -> float | None:
 def tags(value: object) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str) or not isinstance(value, Iterable):
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         raise ValidationError("tags", "must be a list of strings")
     items = tuple(value)
     if len(items) > MAX_TAGS:
         raise ValidationError("tags", f"has {len(items)} tags, at most {MAX_TAGS}")
     for tag in items:
-        short_text("tags", tag, MAX_TAG)
+        if short_text("tags", tag, MAX_TAG) is None:
+            raise ValidationError("tags", "must be a list of strings, got a null")
     return tuple(dict.fromkeys(items))
 
 
@@ -239,14 +240,19 @@ def depth(value: object) -> int:
     return value
 
 
+def boolean(field: str, value: object) -> bool:
+    """A real boolean: ``"false"`` or ``0`` from a hand-crafted message is refused, not
+    read as truthy (a dry run must never turn into a real one)."""
+    if not isinstance(value, bool):
+        raise ValidationError(field, f"must be true or false, got {value!r:.40}")
+    return value
+
+
 def json_object(field: str, value: object) -> dict[str, Any]:
-    """A mapping that survives JSON (no NaN, no non-string keys' surprises)."""
+    """A mapping that survives JSON and jsonb (no NaN, NUL or lone surrogates)."""
     if not isinstance(value, Mapping):
         raise ValidationError(field, "must be a JSON object")
-    try:
-        json.dumps(dict(value), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
+    _jsonb_safe(field, value)
     return dict(value)
 
 

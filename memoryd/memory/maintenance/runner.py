@@ -7,6 +7,7 @@ audit, which also holds its checkpoint), its batch size and time budget.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 import traceback
@@ -68,7 +69,9 @@ def run_job(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
     fn = job_function(job_name)
     if agent_id is not None:
         check.agent_id(agent_id)
-    args = dict(params or {})
+    check.boolean("dry_run", dry_run)
+    args = dict(check.json_object("params", params if params is not None else {}))
+    _check_params(job_name, fn, args)
     budget = time_budget_s or store.settings.maintenance_time_budget_s
     with store.engine.connect() as lock_conn:
         got = lock_conn.execute(text("SELECT pg_try_advisory_lock(hashtext(:k))"),
@@ -82,6 +85,20 @@ def run_job(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
             lock_conn.execute(text("SELECT pg_advisory_unlock(hashtext(:k))"),
                               {"k": lock_key(job_name)})
             lock_conn.commit()
+
+
+# Taken by the runner itself, for every job.
+RUNNER_PARAMS = frozenset({"batch_size"})
+
+
+def _check_params(job_name: str, fn: JobFn, params: Mapping[str, Any]) -> None:
+    """Refuse a parameter the job does not take, naming it, before anything runs."""
+    accepted = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return
+    for name in params:
+        if (name not in accepted and name not in RUNNER_PARAMS) or name == "ctx":
+            raise ValidationError(f"params.{name}", f"is not a parameter of job {job_name!r}")
 
 
 def run_to_completion(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
@@ -99,6 +116,7 @@ def run_to_completion(store: MemoryStore, job_name: str, *, agent_id: str | None
 def _run_locked(store: MemoryStore, job_name: str, fn: JobFn, agent_id: str | None,
                 dry_run: bool, params: dict[str, Any], budget: float,
                 llm: LLM | None) -> RunRecord:
+    interrupted = _close_interrupted(store, job_name)
     run_id = _insert_run(store, job_name, agent_id, dry_run, params, "running")
     batch_size = int(params.pop("batch_size", store.settings.maintenance_batch_size))
     ctx = JobContext(store=store, run_id=run_id, agent_id=agent_id, dry_run=dry_run,
@@ -106,6 +124,8 @@ def _run_locked(store: MemoryStore, job_name: str, fn: JobFn, agent_id: str | No
                      deadline=time.monotonic() + budget, now=clock.now(), llm=llm)
     started = time.monotonic()
     bound = log.bind(job=job_name, run_id=run_id, agent_id=agent_id, dry_run=dry_run)
+    if interrupted:
+        bound.warning("maintenance.interrupted_runs_closed", runs=interrupted)
     try:
         outcome = fn(ctx, **params)
     except OperationalError:
@@ -139,6 +159,21 @@ def _insert_run(store: MemoryStore, job_name: str, agent_id: str | None, dry_run
             RETURNING id
         """), {"job": job_name, "agent_id": agent_id, "params": json.dumps(params, default=str),
                "dry_run": dry_run, "status": status}).scalar_one())
+
+
+INTERRUPTED = ("interrupted: its process or the database stopped before it finished; "
+               "the next run resumed from its checkpoint")
+
+
+def _close_interrupted(store: MemoryStore, job_name: str) -> list[int]:
+    """Runs of this job still 'running' although we hold the job's fleet-wide lock: their
+    process died (or lost the database) mid-run. Recorded as failed, saying so; their
+    checkpoints stay, for this run to resume from."""
+    with store.session() as session:
+        return [int(i) for i in session.execute(text("""
+            UPDATE maintenance_runs SET status = 'failed', finished_at = now(), error = :error
+            WHERE job = :job AND status = 'running' RETURNING id
+        """), {"job": job_name, "error": INTERRUPTED}).scalars()]
 
 
 def _finish_run(store: MemoryStore, run_id: int, status: str, stats: Mapping[str, Any],
