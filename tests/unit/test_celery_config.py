@@ -36,3 +36,30 @@ def test_worker_config_sweeps_for_lost_messages() -> None:
     with override_settings(visibility_timeout_s="600") as settings:
         options = worker_config(settings)["broker_transport_options"]
     assert options["unacked_restore_interval"] == 10
+
+
+def test_a_rabbitmq_broker_without_a_result_backend_is_refused_at_start_up() -> None:
+    import pytest
+
+    from memoryd.config import override_settings
+    from memoryd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="MEMORYD_RESULT_BACKEND"), \
+            override_settings(broker_url="amqp://guest:guest@127.0.0.1:5672//"):
+        pass
+    with override_settings(broker_url="amqp://guest:guest@127.0.0.1:5672//",
+                           result_backend="redis://127.0.0.1:6379/1") as settings:
+        assert settings.result_backend == "redis://127.0.0.1:6379/1"
+
+
+def test_rabbitmq_queues_are_quorum_queues_with_a_delivery_limit_on_topic_exchanges() -> None:
+    from memoryd.broker import BROKER_DEAD_QUEUE, broker_for
+    from memoryd.config import override_settings
+
+    with override_settings(dead_letter_after="4") as settings:
+        queue = broker_for("amqp://h//").queue("memory", settings)
+        assert broker_for("redis://h/0").queue("memory", settings).queue_arguments is None
+    assert queue.exchange.type == "topic" and queue.routing_key == "memory"
+    assert queue.queue_arguments == {
+        "x-queue-type": "quorum", "x-delivery-limit": 7, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": BROKER_DEAD_QUEUE}
