@@ -13,6 +13,7 @@ import asyncio
 import builtins
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
@@ -186,12 +187,15 @@ class MemoryClient:
     def recall(self, agent_id: str, query: str, *, limit: int = 10,
                category: str | None = None, tags: Iterable[str] | None = None,
                session_id: str | None = None, include_archived: bool = False,
-               mode: str = "fast", timeout: float | None = None) -> builtins.list[Recalled]:
+               mode: str = "fast", since: datetime | str | None = None,
+               until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
+               timeout: float | None = None) -> builtins.list[Recalled]:
         kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
                   "limit": check.limit(limit), "category": check.category(category),
                   "tags": list(check.tags(tags)),
                   "session_id": check.short_text("session_id", session_id),
-                  "include_archived": bool(include_archived), "mode": check.mode(mode)}
+                  "include_archived": check.boolean("include_archived", include_archived),
+                  "mode": check.mode(mode), **_filters(since, until, metadata)}
         return self._call("memoryd.recall", kwargs, _list_of(Recalled), timeout)
 
     def context(self, agent_id: str, query: str, *, limit: int = 10,
@@ -211,9 +215,12 @@ class MemoryClient:
         return self._call("memoryd.get", kwargs, Memory.model_validate, timeout)
 
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
-             offset: int = 0, timeout: float | None = None) -> Page:
+             offset: int = 0, since: datetime | str | None = None,
+             until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
+             timeout: float | None = None) -> Page:
         kwargs = {"agent_id": check.agent_id(agent_id), "category": check.category(category),
-                  "limit": check.limit(limit), "offset": check.offset(offset)}
+                  "limit": check.limit(limit), "offset": check.offset(offset),
+                  **_filters(since, until, metadata)}
         return self._call("memoryd.list", kwargs, Page.model_validate, timeout)
 
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any], *,
@@ -281,6 +288,15 @@ class MemoryClient:
 # Arguments a task's summary shows as they are: identifiers and small options.
 _SHOWN_ARGUMENTS = frozenset({"agent_id", "memory_id", "start_id", "job", "mode", "limit",
                               "depth", "dry_run", "category"})
+
+
+def _filters(since: object, until: object, metadata: object) -> dict[str, Any]:
+    """The time and metadata filters as message values (only those given)."""
+    start, end = check.time_range(since, until)
+    wanted = check.metadata_filter(metadata)
+    found: dict[str, Any] = {"since": start and start.isoformat(),
+                             "until": end and end.isoformat(), "metadata": wanted or None}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def kwargs_summary(kwargs: Mapping[str, Any]) -> str:

@@ -8,7 +8,7 @@ This module must not import SQLAlchemy: the thin client depends on it.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -145,6 +145,12 @@ class RecallRequest(_Model):
     session_id: str | None = None
     include_archived: bool = False
     mode: RecallMode = "fast"
+    # ISO-8601 with a timezone: created_at >= since, created_at < until (checked, naming
+    # the field, by memoryd.validation.timestamp like every other boundary's).
+    since: Annotated[str | None, Field(json_schema_extra={"format": "date-time"})] = None
+    until: Annotated[str | None, Field(json_schema_extra={"format": "date-time"})] = None
+    # Equality filters on metadata keys.
+    metadata: dict[str, Any] | None = None
 
 
 class ContextRequest(_Model):

@@ -166,6 +166,39 @@ def timestamp(field: str, value: object) -> datetime | None:
     return value
 
 
+MAX_METADATA_FILTERS = 16
+
+
+def metadata_filter(value: object) -> dict[str, Any]:
+    """Equality filters on metadata keys: ``{"project": "atlas", "priority": 2}`` keeps
+    memories whose metadata has each key with exactly that value (strings, numbers,
+    booleans or null; nested values are not filters)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValidationError("metadata", "must be an object of key: value filters")
+    if len(value) > MAX_METADATA_FILTERS:
+        raise ValidationError("metadata", f"has {len(value)} filters, at most "
+                                          f"{MAX_METADATA_FILTERS}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+            raise ValidationError("metadata", f"filter keys must be non-empty strings, "
+                                              f"got {key!r:.40}")
+        if item is not None and not isinstance(item, str | int | float | bool):
+            raise ValidationError(f"metadata.{key}", "must be a string, number, boolean "
+                                                     "or null")
+    _jsonb_safe("metadata", value)
+    return dict(value)
+
+
+def time_range(since: object, until: object) -> tuple[datetime | None, datetime | None]:
+    """``since`` (inclusive) and ``until`` (exclusive) on ``created_at``."""
+    start, end = timestamp("since", since), timestamp("until", until)
+    if start is not None and end is not None and start >= end:
+        raise ValidationError("until", "must be after since")
+    return start, end
+
+
 def store_item(raw: StoreItem | Mapping[str, Any], max_bytes: int) -> StoreItem:
     """Validate one memory to store and return it normalized."""
     data = raw.model_dump() if isinstance(raw, StoreItem) else dict(raw)

@@ -25,6 +25,7 @@ def register(commands: Any) -> None:
     recall.add_argument("--limit", type=int, default=10)
     recall.add_argument("--category")
     recall.add_argument("--mode", choices=("fast", "deep"), default="fast")
+    _add_filters(recall)
 
     forget = _add(commands, "forget", "delete one memory", _forget)
     forget.add_argument("agent_id")
@@ -35,11 +36,51 @@ def register(commands: Any) -> None:
     listing.add_argument("--category")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--offset", type=int, default=0)
+    _add_filters(listing)
 
     context = _add(commands, "context", "print a prompt-ready memory block", _context)
     context.add_argument("agent_id")
     context.add_argument("query")
     context.add_argument("--limit", type=int, default=10)
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", help="created at or after: ISO-8601 with a timezone, or "
+                                        "an age such as 7d or 12h")
+    parser.add_argument("--until", help="created before: ISO-8601 or an age")
+    parser.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                        help="metadata KEY equals VALUE (JSON, else a string); repeatable")
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    from memoryd.errors import ValidationError
+
+    metadata: dict[str, Any] = {}
+    for pair in args.where:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise ValidationError("where", f"expected KEY=VALUE, got {pair!r}")
+        try:
+            metadata[name] = json.loads(raw)
+        except ValueError:
+            metadata[name] = raw
+    return {"since": _when(args.since, "since"), "until": _when(args.until, "until"),
+            "metadata": metadata or None}
+
+
+def _when(value: str | None, field: str) -> str | None:
+    """An ISO-8601 time as given, or an age (``7d``) as the time that long ago."""
+    from datetime import UTC, datetime
+
+    from memoryd.auth.scope import duration
+    from memoryd.errors import ValidationError
+
+    if value is None:
+        return None
+    try:
+        return (datetime.now(UTC) - duration(value, field)).isoformat()
+    except ValidationError:
+        return value  # the client checks it as a timestamp, naming the field
 
 
 def _add(commands: Any, name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
@@ -69,7 +110,7 @@ def _store(args: argparse.Namespace) -> int:
 
 def _recall(args: argparse.Namespace) -> int:
     hits = _client(args).recall(args.agent_id, args.query, limit=args.limit,
-                                category=args.category, mode=args.mode)
+                                category=args.category, mode=args.mode, **_filters(args))
     if args.json:
         print(as_json(hits))
     else:
@@ -88,7 +129,7 @@ def _forget(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     page = _client(args).list(args.agent_id, category=args.category, limit=args.limit,
-                              offset=args.offset)
+                              offset=args.offset, **_filters(args))
     if args.json:
         print(as_json(page))
     else:

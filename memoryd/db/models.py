@@ -89,6 +89,9 @@ class MemoryRow(Base):
         Index("ix_memories_agent_norm_hash", "agent_id", "content_norm_hash"),
         Index("ix_memories_expires", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL")),
+        # Metadata filters (migration 0011).
+        Index("ix_memories_metadata", "metadata", postgresql_using="gin",
+              postgresql_ops={"metadata": "jsonb_path_ops"}),
     )
 
 

@@ -142,9 +142,18 @@ class MemoryTools:
                                                             "these tags")] = None,
         mode: Annotated[RecallMode, Field(description="'fast', or 'deep' for a wider, slower "
                                                "search")] = "fast",
+        since: Annotated[str | None, Field(description=(
+            "Only memories created at or after this ISO-8601 time, with its timezone, "
+            "e.g. 2026-11-18T00:00:00Z"))] = None,
+        until: Annotated[str | None, Field(description="Only memories created before this "
+                                                       "ISO-8601 time")] = None,
+        metadata: Annotated[dict[str, Any] | None, Field(description=(
+            "Only memories whose metadata has each of these keys with exactly this "
+            "value"))] = None,
     ) -> Annotated[CallToolResult, Recollection]:
         found = await self._call(ctx, "read", lambda agent: self.client.recall(
-            agent, query, limit=limit, category=category, tags=tags, mode=mode))
+            agent, query, limit=limit, category=category, tags=tags, mode=mode,
+            since=since, until=until, metadata=metadata))
         lines = [f"{i}. [{r.memory.category}, score {r.score:.2f}, id {r.memory.id}] "
                  f"{r.memory.content}" for i, r in enumerate(found, 1)]
         return _result("\n".join(lines) or "Nothing relevant remembered.",

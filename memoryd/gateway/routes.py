@@ -60,9 +60,13 @@ def store(agent: str, key: Key, client: Client, config: Config,
 @router.get("/memories", summary="List memories, newest first, a page at a time")
 def list_memories(agent: str, key: Key, client: Client, category: str | None = None,
                   limit: Annotated[int, Query()] = 50,
-                  offset: Annotated[int, Query()] = 0) -> Page:
+                  offset: Annotated[int, Query()] = 0,
+                  since: Annotated[str | None, Query(description="ISO-8601, inclusive")] = None,
+                  until: Annotated[str | None, Query(description="ISO-8601, exclusive")] = None
+                  ) -> Page:
     agent_id = access.authorize(key, agent, "read")
-    return client.list(agent_id, category=category, limit=limit, offset=offset)
+    return client.list(agent_id, category=category, limit=limit, offset=offset,
+                       since=since, until=until)
 
 
 @router.get("/memories/{memory_id}", summary="One memory")

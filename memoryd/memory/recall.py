@@ -98,10 +98,21 @@ def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
     ``sizes.threshold`` memories, the index keyword search above
     ``keywords.KEYWORD_SCAN_MAX``."""
     size = sizes.size(session, agent_id)
+    large = size > sizes.threshold
+    if large and filters.narrowing:
+        large = filtered_size(session, agent_id, filters, sizes.threshold + 1) > sizes.threshold
     return build_plan(agent_id, query, filters, per_retriever,
-                      vector_search="hnsw" if size > sizes.threshold else "exact",
+                      vector_search="hnsw" if large else "exact",
                       keyword_search="index" if size > keywords.KEYWORD_SCAN_MAX else "scan",
                       ef_search=ef_search, agent_size=size)
+
+
+def filtered_size(session: Session, agent_id: str, filters: Filters, cap: int) -> int:
+    """How many of the agent's memories pass ``filters``, counted up to ``cap``."""
+    return int(session.execute(statement(
+        f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE m.agent_id = :agent_id "
+        f"AND {filters.sql()} LIMIT :cap) s"),
+        {"agent_id": agent_id, "cap": cap, **filters.params()}).scalar_one())
 
 
 def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, *,

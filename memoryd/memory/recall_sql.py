@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -59,6 +60,16 @@ class Filters:
     tags: tuple[str, ...] = ()
     session_id: str | None = None
     include_archived: bool = False
+    since: datetime | None = None  # created_at >= since
+    until: datetime | None = None  # created_at < until
+    metadata: str | None = None  # a JSON object the memory's metadata must contain
+
+    @property
+    def narrowing(self) -> bool:
+        """Whether an indexed filter that can leave few of a large agent's rows is set
+        (time: the agent's created_at btree; metadata: its GIN): the plan then counts
+        them, and searches a few exactly instead of walking the HNSW graph for them."""
+        return bool(self.since or self.until or self.metadata)
 
     def sql(self) -> str:
         clauses = ["(m.expires_at IS NULL OR m.expires_at > now())"]
@@ -70,11 +81,18 @@ class Filters:
             clauses.append("m.tags @> CAST(:tags AS text[])")
         if self.session_id:
             clauses.append("m.session_id = :session_id")
+        if self.since:
+            clauses.append("m.created_at >= :since")
+        if self.until:
+            clauses.append("m.created_at < :until")
+        if self.metadata:
+            clauses.append("m.metadata @> CAST(:metadata AS jsonb)")
         return " AND ".join(clauses)
 
     def params(self) -> dict[str, Any]:
         return {"category": self.category, "tags": list(self.tags),
-                "session_id": self.session_id}
+                "session_id": self.session_id, "since": self.since, "until": self.until,
+                "metadata": self.metadata}
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ scheduler wrap it; agents that embed memoryd as a library call it directly."""
 from __future__ import annotations
 
 import builtins
+import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -132,15 +134,24 @@ class MemoryStore:
     def recall(self, agent_id: str, query: str, *, limit: int = 10,
                category: str | None = None, tags: Iterable[str] | None = None,
                session_id: str | None = None, include_archived: bool = False,
-               mode: RecallMode = "fast") -> builtins.list[Recalled]:
-        """The agent's memories most relevant to ``query``, best first."""
+               mode: RecallMode = "fast", since: datetime | str | None = None,
+               until: datetime | str | None = None,
+               metadata: Mapping[str, Any] | None = None) -> builtins.list[Recalled]:
+        """The agent's memories most relevant to ``query``, best first; ``since`` and
+        ``until`` bound ``created_at`` (until exclusive), ``metadata`` keeps memories
+        whose metadata has each given key with exactly that value."""
         agent = check.agent_id(agent_id)
         text_query = check.query(query)
         check.limit(limit)
         check.mode(mode)
+        start, end = check.time_range(since, until)
+        wanted = check.metadata_filter(metadata)
         filters = recall.Filters(category=check.category(category), tags=check.tags(tags),
                                  session_id=check.short_text("session_id", session_id),
-                                 include_archived=bool(include_archived))
+                                 include_archived=check.boolean("include_archived",
+                                                                include_archived),
+                                 since=start, until=end,
+                                 metadata=json.dumps(wanted, sort_keys=True) if wanted else None)
         pending = self.query_embedding.soon(text_query)
         with self.session() as session:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
@@ -180,13 +191,21 @@ class MemoryStore:
         return to_memory(row)
 
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
-             offset: int = 0) -> Page:
-        """The agent's memories, newest first."""
+             offset: int = 0, since: datetime | str | None = None,
+             until: datetime | str | None = None,
+             metadata: Mapping[str, Any] | None = None) -> Page:
+        """The agent's memories, newest first, filtered like ``recall``."""
         agent, cat = check.agent_id(agent_id), check.category(category)
         check.limit(limit)
         check.offset(offset)
-        where = "m.agent_id = :a" + (" AND m.category = :c" if cat else "")
-        params = {"a": agent, "c": cat, "n": limit, "o": offset}
+        start, end = check.time_range(since, until)
+        wanted = check.metadata_filter(metadata)
+        where = " AND ".join(["m.agent_id = :a", *(
+            clause for clause, on in (("m.category = :c", cat), ("m.created_at >= :since", start),
+                                      ("m.created_at < :until", end),
+                                      ("m.metadata @> CAST(:meta AS jsonb)", wanted)) if on)])
+        params = {"a": agent, "c": cat, "n": limit, "o": offset, "since": start,
+                  "until": end, "meta": json.dumps(wanted)}
         with self.session() as session:
             total = session.execute(text(f"SELECT count(*) FROM memories m WHERE {where}"),
                                     params).scalar_one()
