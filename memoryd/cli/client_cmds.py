@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from memoryd.cli.output import as_json, table
+from memoryd.cli.output import as_json, key_values, table
 
 
 def register(commands: Any) -> None:
@@ -53,17 +53,7 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
 
 
 def _filters(args: argparse.Namespace) -> dict[str, Any]:
-    from memoryd.errors import ValidationError
-
-    metadata: dict[str, Any] = {}
-    for pair in args.where:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise ValidationError("where", f"expected KEY=VALUE, got {pair!r}")
-        try:
-            metadata[name] = json.loads(raw)
-        except ValueError:
-            metadata[name] = raw
+    metadata = key_values(args.where, "where")
     return {"since": _when(args.since, "since"), "until": _when(args.until, "until"),
             "metadata": metadata or None}
 

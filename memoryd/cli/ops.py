@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from memoryd.cli.output import as_json, table
+from memoryd.cli.output import as_json, key_values, table
 from memoryd.schedules.names import JOB_NAMES
 
 
@@ -48,26 +48,11 @@ def _store() -> Any:
     return MemoryStore(engine=get_engine())
 
 
-def _parse_params(pairs: list[str]) -> dict[str, Any]:
-    from memoryd.errors import ValidationError
-
-    params: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, raw = pair.partition("=")
-        if not sep or not name:
-            raise ValidationError("param", f"expected NAME=VALUE, got {pair!r}")
-        try:
-            params[name] = json.loads(raw)
-        except ValueError:
-            params[name] = raw
-    return params
-
-
 def _jobs_run(args: argparse.Namespace) -> int:
     from memoryd.memory.maintenance import run_to_completion
 
     record = run_to_completion(_store(), args.job, agent_id=args.agent_id,
-                               dry_run=args.dry_run, params=_parse_params(args.param))
+                               dry_run=args.dry_run, params=key_values(args.param, "param"))
     print(as_json(record.as_dict()) if args.json else
           f"{record.job}: {record.status} (run {record.run_id}) {json.dumps(record.stats)}")
     return 0 if record.status != "failed" else 1

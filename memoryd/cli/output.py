@@ -9,6 +9,22 @@ from typing import Any
 from pydantic import BaseModel
 
 
+def key_values(pairs: list[str], field: str) -> dict[str, Any]:
+    """``NAME=VALUE`` arguments as a mapping; a value is JSON if it parses, else a string."""
+    from memoryd.errors import ValidationError
+
+    found: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name:
+            raise ValidationError(field, f"expected NAME=VALUE, got {pair!r}")
+        try:
+            found[name] = json.loads(raw)
+        except ValueError:
+            found[name] = raw
+    return found
+
+
 def as_json(value: Any) -> str:
     def plain(item: Any) -> Any:
         if isinstance(item, BaseModel):
