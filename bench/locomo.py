@@ -222,7 +222,7 @@ def top_indices(scores: np.ndarray, k: int) -> list[int]:
 
 
 @dataclass
-class _Stored:
+class Stored:
     """One conversation stored as an agent: which dia_ids each memory stands for
     (identical turns share one memory)."""
 
@@ -231,7 +231,7 @@ class _Stored:
     owners: dict[uuid.UUID, list[str]]
 
 
-def _embed_corpus(samples: Sequence[Sample], embedder: CachingEmbedder,
+def embed_corpus(samples: Sequence[Sample], embedder: CachingEmbedder,
                   query_embedder: CachingEmbedder, watch: Stopwatch) -> None:
     """Embed every turn and question once, up front (timed apart from storing)."""
     all_turns = [t.content for s in samples for t in s.turns]
@@ -251,7 +251,7 @@ def turn_items(sample: Sample, turns: Sequence[Turn]) -> list[dict[str, Any]]:
             for t in turns]
 
 
-def _store_sample(store: Any, agent: str, sample: Sample, bar: Any) -> _Stored:
+def _store_sample(store: Any, agent: str, sample: Sample, bar: Any) -> Stored:
     """Every turn of ``sample`` through the public API, in batches of ``STORE_BATCH``."""
     owners: dict[uuid.UUID, list[str]] = {}
     for start in range(0, len(sample.turns), STORE_BATCH):
@@ -260,14 +260,14 @@ def _store_sample(store: Any, agent: str, sample: Sample, bar: Any) -> _Stored:
         for turn, result in zip(batch, results, strict=True):
             owners.setdefault(result.id, []).append(turn.dia_id)  # dups share one
         bar.update(len(batch))
-    return _Stored(sample, agent, owners)
+    return Stored(sample, agent, owners)
 
 
-def _store_all(store: Any, samples: Sequence[Sample], run_tag: str, agents: list[str],
-               watch: Stopwatch) -> list[_Stored]:
+def store_all(store: Any, samples: Sequence[Sample], run_tag: str, agents: list[str],
+               watch: Stopwatch) -> list[Stored]:
     """One agent per conversation; ``agents`` grows as they are created, so the caller
     can delete them whatever happens."""
-    stored: list[_Stored] = []
+    stored: list[Stored] = []
     total = sum(len(s.turns) for s in samples)
     with watch("store"), progress_bar(total, desc="store turns", unit="turn") as bar:
         for sample in samples:
@@ -283,7 +283,7 @@ def memory_ranking(hits: Sequence[Any], owners: dict[uuid.UUID, list[str]]) -> R
             for h in hits]
 
 
-def _memoryd_scores(store: Any, stored: _Stored, q: Question,
+def _memoryd_scores(store: Any, stored: Stored, q: Question,
                     recall_ms: list[float]) -> tuple[dict[str, float], Ranking]:
     """memoryd: one recall per k, exactly as an agent asking for k memories. The
     scores, and the limit-20 call's ranking (for the evidence ranks in the JSON)."""
@@ -343,7 +343,7 @@ def question_row(sample_id: str, q: Question, memoryd_scores: dict[str, float],
             "ranks": {s: evidence_ranks(rankings[s], q.evidence) for s in SYSTEMS}}
 
 
-def _ask_all(store: Any, stored: Sequence[_Stored], embedder: CachingEmbedder,
+def _ask_all(store: Any, stored: Sequence[Stored], embedder: CachingEmbedder,
              watch: Stopwatch, recall_ms: list[float]) -> list[dict[str, Any]]:
     """Every question to memoryd and the baselines; one row per question."""
     rows: list[dict[str, Any]] = []
@@ -406,8 +406,8 @@ def run(samples: list[Sample], database_url: str, *, data_path: str = "") -> dic
     try:
         with watch("migrate"):
             store.migrate()
-        _embed_corpus(samples, embedder, query_embedder, watch)
-        stored = _store_all(store, samples, uuid.uuid4().hex[:8], agents, watch)
+        embed_corpus(samples, embedder, query_embedder, watch)
+        stored = store_all(store, samples, uuid.uuid4().hex[:8], agents, watch)
         rows = _ask_all(store, stored, embedder, watch, recall_ms)
         config = settings_record(store)
     finally:

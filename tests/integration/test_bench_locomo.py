@@ -119,3 +119,15 @@ def test_scale_background_content_hash_is_memoryds(pg_url: str) -> None:
     finally:
         engine.dispose()
     assert got == content_hash(content)
+
+
+def test_locomo_cross_validation_end_to_end(tiny_locomo: Path, tmp_path: Path) -> None:
+    from bench import locomo_cv
+
+    out = tmp_path / "cv.json"
+    assert locomo_cv.main(["--data", str(tiny_locomo), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [f["held_out"] for f in report["folds"]] == ["synthetic-1", "synthetic-2"]
+    assert all(f["chosen"] in locomo_cv.GRID for f in report["folds"])
+    assert set(report["all_questions_by_config"]) == set(locomo_cv.GRID)
+    assert 0.0 <= report["cv_worst"] <= report["cv_mean"] <= 1.0
