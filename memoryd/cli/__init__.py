@@ -26,6 +26,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _unreachable() -> tuple[type[BaseException], ...]:
+    """The errors of a database or broker that cannot be reached right now (SQLAlchemy's
+    only where it is installed: the thin client does without)."""
+    from memoryd.client import CONNECTION_ERRORS
+
+    try:
+        from sqlalchemy.exc import InterfaceError, OperationalError
+    except ImportError:
+        return CONNECTION_ERRORS
+    return (*CONNECTION_ERRORS, OperationalError, InterfaceError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -39,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemorydError as exc:
         print(f"memoryd: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    except _unreachable() as exc:
+        # The database or broker is down: say so in one line, not with a traceback.
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        print(f"memoryd: error: Unavailable: {first}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         return 130
     finally:
@@ -56,3 +73,4 @@ def _release_embedded() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+

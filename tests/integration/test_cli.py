@@ -245,3 +245,15 @@ def test_memoryd_runs_as_a_file_as_celery_restarts_it() -> None:
                           text=True, timeout=60, check=False, cwd="/")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: memoryd")
+
+
+def test_an_unreachable_database_is_one_line_and_exit_code_3(
+        service_env: dict[str, str]) -> None:
+    from memoryd.embedded._proc import free_port
+
+    env = {**service_env,
+           "MEMORYD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{free_port()}/memoryd"}
+    done = memoryd(env, "status", check=False)
+    assert done.returncode == 3
+    assert done.stderr.startswith("memoryd: error: Unavailable: connection failed")
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
