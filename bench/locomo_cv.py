@@ -48,6 +48,9 @@ GRID: dict[str, dict[str, Any]] = {
     "context 0": {"recall_context_weight": 0.0},
     "context 0.30": {"recall_context_weight": 0.30},
     "rrf fusion": {"recall_fusion": "rrf"},
+    "time boost 0.10": {"recall_time_boost": 0.10},
+    "time boost 0.20": {"recall_time_boost": 0.20},
+    "time boost 0.35": {"recall_time_boost": 0.35},
 }
 
 

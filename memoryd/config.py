@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     recall_context_weight: float = Field(
         0.15, ge=0, le=1,
         description="Share of the best adjacent session message's score a candidate gains")
+    recall_time_boost: float = Field(
+        0.0, ge=0, le=1, description="added to the score of memories created in the period "
+                                     "a query names ('in May 2023'); 0 = off")
     recall_exact_threshold: int = Field(
         10_000, ge=0, description="Agents with at most this many memories get exact kNN")
     hnsw_ef_search: int = Field(100, ge=10, le=1000)

@@ -4,6 +4,7 @@ reordered by the LLM."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -39,6 +40,16 @@ def rank(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[A
             memory=to_memory(found[i].row), score=round(score, 6),
             components=parts[i].public(round(context, 6))))
     return hits
+
+
+def favour_period(ranked: list[Recalled], period: tuple[datetime, datetime],
+                  boost: float) -> list[Recalled]:
+    """``boost`` added to the score of each memory created in ``period`` (the period the
+    query names), best first again."""
+    start, end = period
+    moved = [h.model_copy(update={"score": round(h.score + boost, 6)})
+             if start <= h.memory.created_at < end else h for h in ranked]
+    return sorted(moved, key=lambda h: (-h.score, str(h.memory.id)))
 
 
 def rerank(query: str, ranked: list[Recalled]) -> list[Recalled]:

@@ -20,7 +20,7 @@ from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import NotFound
-from memoryd.memory import graph, ranking, recall, sessions, writes
+from memoryd.memory import graph, ranking, recall, sessions, timewords, writes
 from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
     Embedder,
@@ -161,8 +161,12 @@ class MemoryStore:
                 self.index_watch.notice(session, agent, plan.agent_size)
             neighbours = (recall.session_neighbours(session, agent, found)
                           if self.settings.recall_context_weight > 0 else {})
+            period = (timewords.named_period(text_query)
+                      if self.settings.recall_time_boost else None)
             ranked = ranking.rank(found, neighbours, self.settings,
-                                  keep=None if mode == "deep" else limit)
+                                  keep=None if mode == "deep" or period else limit)
+            if period is not None:
+                ranked = ranking.favour_period(ranked, period, self.settings.recall_time_boost)
             if mode == "deep":
                 ranked = ranking.rerank(text_query, ranked)
             ranked = ranked[:limit]

@@ -126,3 +126,27 @@ def test_filters_through_a_worker_the_cli_and_http(
     refused = http.post(f"/v1/agents/{agent}/recall", headers=auth,
                         json={"query": "launch", "since": "yesterday"})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "since"
+
+
+def test_a_named_date_lifts_the_memories_of_that_period_when_the_boost_is_on(
+        store: MemoryStore) -> None:
+    agent = f"filters-dates-{uuid.uuid4()}"
+    store.store_many(agent, [
+        {"content": "Melanie painted a sunset with her kids.",
+         "created_at": datetime(2023, 5, 8, 14, 0, tzinfo=UTC)},
+        {"content": "Melanie painted a lake with her kids.",
+         "created_at": datetime(2023, 10, 13, 18, 0, tzinfo=UTC)},
+    ])
+    question = "What did Melanie paint with her kids in October 2023?"
+    # Shares the test store's engine (so it is not closed here).
+    boosted = MemoryStore(engine=store.engine, settings=store.settings.model_copy(
+        update={"recall_time_boost": 0.5}))
+    hits = boosted.recall(agent, question, limit=2)
+    assert hits[0].memory.content == "Melanie painted a lake with her kids."
+    assert hits[0].score - hits[1].score >= 0.4
+    plain = {h.memory.content: h.score for h in store.recall(agent, question, limit=2)}
+    lifted = {h.memory.content: h.score for h in hits}
+    assert lifted["Melanie painted a lake with her kids."] == pytest.approx(
+        plain["Melanie painted a lake with her kids."] + 0.5, abs=1e-5)
+    assert lifted["Melanie painted a sunset with her kids."] == pytest.approx(
+        plain["Melanie painted a sunset with her kids."], abs=1e-5)
