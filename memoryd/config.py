@@ -167,8 +167,9 @@ class Settings(BaseSettings):
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         # Celery 5 has no result backend on AMQP but its rpc:// one, which cannot forget
         # results or serve another process: RabbitMQ brokers keep results in Redis.
-        if (self.broker_url or "").startswith(("amqp://", "amqps://", "pyamqp://")) and not (
-                self.result_backend):
+        from memoryd.broker import is_rabbitmq
+
+        if is_rabbitmq(self.broker_url or "") and not self.result_backend:
             raise ValueError("with a RabbitMQ broker (MEMORYD_BROKER_URL=amqp://...) set "
                              "MEMORYD_RESULT_BACKEND to a Redis URL for task results")
         return self

@@ -12,11 +12,12 @@ too, so client and worker always declare the same queues."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kombu.entity import Exchange, Queue
 
-from memoryd.config import Settings
+if TYPE_CHECKING:  # config checks broker URLs with this module: no cycle at run time
+    from memoryd.config import Settings
 
 # The task queues (also in ``celery_config``, which imports this module).
 QUEUES = ("memory", "maintenance")
@@ -94,5 +95,9 @@ class RabbitBroker:
         return lengths
 
 
+def is_rabbitmq(url: str) -> bool:
+    return url.startswith(AMQP_SCHEMES)
+
+
 def broker_for(url: str) -> Broker:
-    return RabbitBroker() if url.startswith(AMQP_SCHEMES) else RedisBroker()
+    return RabbitBroker() if is_rabbitmq(url) else RedisBroker()

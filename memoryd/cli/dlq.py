@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from memoryd.cli import database
 from memoryd.cli.output import as_json, table
 
 
@@ -25,16 +26,12 @@ def register(commands: Any) -> None:
     drop.set_defaults(handler=_drop)
 
 
-def _session() -> Any:
-    from memoryd.db.engine import get_engine, session_scope
-
-    return session_scope(get_engine())
 
 
 def _list(args: argparse.Namespace) -> int:
     from memoryd.memory import dead_letters
 
-    with _session() as session:
+    with database.session() as session:
         letters = [letter.summary() for letter in dead_letters.listing(session, args.limit)]
     if args.json:
         print(as_json(letters))
@@ -53,7 +50,7 @@ def _retry(args: argparse.Namespace) -> int:
     from memoryd.memory import dead_letters
     from memoryd.worker import app
 
-    with _session() as session:
+    with database.session() as session:
         letter = dead_letters.take(session, args.id)
         sent = app.send_task(letter.task_name, args=letter.args, kwargs=letter.kwargs,
                              queue=letter.queue or None, argsrepr="()",
@@ -65,7 +62,7 @@ def _retry(args: argparse.Namespace) -> int:
 def _drop(args: argparse.Namespace) -> int:
     from memoryd.memory import dead_letters
 
-    with _session() as session:
+    with database.session() as session:
         dead_letters.drop(session, args.id)
     print(f"dropped dead letter {args.id}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from memoryd.cli import database
 from memoryd.cli.output import as_json, table
 
 
@@ -32,10 +33,6 @@ def register(commands: Any) -> None:
     revoke.set_defaults(handler=_revoke)
 
 
-def _session() -> Any:
-    from memoryd.db.engine import get_engine, session_scope
-
-    return session_scope(get_engine())
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -46,7 +43,7 @@ def _create(args: argparse.Namespace) -> int:
     agents, prefixes = scope.check_scope(args.agents, args.prefixes, all_agents=args.all_agents)
     name = check.short_text("name", args.name or None, 255) or ""
     expires_at = clock.now() + scope.duration(args.expires) if args.expires else None
-    with _session() as session:
+    with database.session() as session:
         new = keys.create(session, name=name, agents=agents, prefixes=prefixes,
                           permissions=scope.permissions(read_only=args.read_only,
                                                         admin=args.admin),
@@ -69,7 +66,7 @@ def _public(key: Any) -> dict[str, Any]:
 def _list(args: argparse.Namespace) -> int:
     from memoryd.auth import keys
 
-    with _session() as session:
+    with database.session() as session:
         found = keys.listing(session)
     if args.json:
         print(as_json([{"id": str(k.scope.id), "hint": k.hint, **_public(k.scope),
@@ -91,7 +88,7 @@ def _revoke(args: argparse.Namespace) -> int:
     from memoryd.auth import keys
 
     key_id = check.uuid_of("id", args.id)
-    with _session() as session:
+    with database.session() as session:
         done = keys.revoke(session, key_id)
     print(as_json({"revoked": done}) if args.json else
           ("revoked" if done else "no such key"))

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from memoryd.cli import database
 from memoryd.cli.output import as_json, key_values, table
 from memoryd.schedules.names import JOB_NAMES
 
@@ -41,17 +42,12 @@ def register(commands: Any) -> None:
     restore.set_defaults(handler=_restore)
 
 
-def _store() -> Any:
-    from memoryd.db.engine import get_engine
-    from memoryd.memory.store import MemoryStore
-
-    return MemoryStore(engine=get_engine())
 
 
 def _jobs_run(args: argparse.Namespace) -> int:
     from memoryd.memory.maintenance import run_to_completion
 
-    record = run_to_completion(_store(), args.job, agent_id=args.agent_id,
+    record = run_to_completion(database.store(), args.job, agent_id=args.agent_id,
                                dry_run=args.dry_run, params=key_values(args.param, "param"))
     print(as_json(record.as_dict()) if args.json else
           f"{record.job}: {record.status} (run {record.run_id}) {json.dumps(record.stats)}")
@@ -61,7 +57,7 @@ def _jobs_run(args: argparse.Namespace) -> int:
 def _jobs_history(args: argparse.Namespace) -> int:
     from memoryd.memory import reports
 
-    with _store().session() as session:
+    with database.store().session() as session:
         runs = reports.job_runs(session, args.job, args.limit)
     if args.json:
         print(as_json([r.model_dump(mode="json") for r in runs]))
@@ -95,7 +91,7 @@ def _status(args: argparse.Namespace) -> int:
     from memoryd.memory import dead_letters, reports
 
     view = _broker_view()
-    with _store().session() as session:
+    with database.store().session() as session:
         runs = reports.last_runs(session)
         dead = dead_letters.count(session)
     if args.json:
@@ -117,7 +113,7 @@ def _status(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from memoryd.memory import reports
 
-    with _store().session() as session:
+    with database.store().session() as session:
         agents = reports.agent_stats(session, args.limit)
     if args.json:
         print(as_json([a.model_dump(mode="json") for a in agents]))
@@ -132,6 +128,6 @@ def _restore(args: argparse.Namespace) -> int:
     from memoryd.memory.maintenance import restore
 
     target: int | str = int(args.id) if args.id.isdigit() else args.id
-    memory_id = restore(_store(), target)
+    memory_id = restore(database.store(), target)
     print(f"restored {memory_id}")
     return 0

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memoryd.cli import database
 from memoryd.cli.output import as_json
 
 
@@ -34,16 +35,12 @@ def register(commands: Any) -> None:
     load.set_defaults(handler=_import)
 
 
-def _database_url() -> str:
-    from memoryd.db.engine import database_url
-
-    return str(database_url())
 
 
 def _backup(args: argparse.Namespace) -> int:
     from memoryd.db import backup
 
-    backup.backup(_database_url(), args.path)
+    backup.backup(database.url(), args.path)
     print(f"backed up to {args.path} ({args.path.stat().st_size:,} bytes)")
     return 0
 
@@ -55,23 +52,18 @@ def _restore(args: argparse.Namespace) -> int:
     if not args.yes:
         raise ValidationError("yes", "restoring replaces the store's data with the backup's: "
                                      "add --yes to confirm")
-    backup.restore(_database_url(), args.path)
+    backup.restore(database.url(), args.path)
     print(f"restored {args.path}; run `memoryd migrate` if the backup is older than this "
           "memoryd")
     return 0
 
 
-def _store() -> Any:
-    from memoryd.db.engine import get_engine
-    from memoryd.memory.store import MemoryStore
-
-    return MemoryStore(engine=get_engine())
 
 
 def _export(args: argparse.Namespace) -> int:
     from memoryd.memory.portability import export_agent
 
-    lines = export_agent(_store(), args.agent)
+    lines = export_agent(database.store(), args.agent)
     if args.output is None:
         for line in lines:
             sys.stdout.write(line + "\n")
@@ -90,7 +82,7 @@ def _import(args: argparse.Namespace) -> int:
     if not args.file.is_file():
         raise ValidationError("file", f"no file at {args.file}")
     with args.file.open(encoding="utf-8") as lines:
-        result = import_agent(_store(), args.agent, lines)
+        result = import_agent(database.store(), args.agent, lines)
     print(as_json(result.as_dict()) if args.json else
           f"imported into {args.agent}: {result.memories} memories "
           f"({result.memories_present} already there), {result.sessions} sessions, "

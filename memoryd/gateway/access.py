@@ -29,7 +29,11 @@ def bearer_key(headers: Mapping[str, str]) -> str:
 
 
 def authenticate(verifier: Verifier, headers: Mapping[str, str]) -> KeyScope:
-    found = verifier.verify(bearer_key(headers))
+    return usable(verifier.verify(bearer_key(headers)))
+
+
+def usable(found: KeyScope | None) -> KeyScope:
+    """The verifier's answer, or 401 when it found no usable key."""
     if found is None:
         raise Unauthorized("unknown, revoked or expired API key")
     return found

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from memoryd.auth.scope import KeyScope
 from memoryd.client import MemoryClient
 from memoryd.config import Settings
-from memoryd.errors import Unauthorized, ValidationError
+from memoryd.errors import ValidationError
 from memoryd.gateway import access
 
 # The dependencies are coroutines, so FastAPI runs them on the event loop: a plain
@@ -35,10 +35,7 @@ async def key_scope(request: Request) -> KeyScope:
     known, found = verifier.cached(key)
     if not known:
         found = await run_in_threadpool(verifier.verify, key)
-    if found is None:
-        raise Unauthorized("unknown, revoked or expired API key")
-    scope: KeyScope = found
-    return scope
+    return access.usable(found)
 
 
 async def json_body(request: Request) -> Any:

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from memoryd.memory.maintenance.index_agents import index_name
+from memoryd.memory.recall import agent_count
 
 RECHECK_S = 600.0
 
@@ -57,10 +58,7 @@ class IndexWatch:
     def _large(self, session: Session, agent_id: str, size: int) -> bool:
         if self.min_memories <= self.exact_threshold + 1 or size <= self.exact_threshold:
             return size >= self.min_memories  # the plan's count decides
-        counted = session.execute(text(
-            "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
-            {"a": agent_id, "n": self.min_memories}).scalar_one()
-        return int(counted) >= self.min_memories
+        return agent_count(session, agent_id, self.min_memories) >= self.min_memories
 
     @staticmethod
     def _indexed(session: Session, agent_id: str) -> bool:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 from sqlalchemy.orm import Session
 
+from memoryd import clock
 from memoryd import validation as check
 from memoryd.config import Settings
 from memoryd.errors import ValidationError
@@ -75,7 +75,7 @@ def export_agent(store: MemoryStore, agent_id: str) -> Iterator[str]:
     agent = check.agent_id(agent_id)
     yield json.dumps({"type": "header", "format": FORMAT, "version": VERSION,
                       "agent_id": agent, "embedding_model": model_name(store.settings),
-                      "exported_at": datetime.now().astimezone().isoformat()})
+                      "exported_at": clock.now().isoformat()})
     with store.session() as session:
         for kind in KINDS:
             rows = session.execute(text(_EXPORT[kind]).execution_options(yield_per=BATCH),

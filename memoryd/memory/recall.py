@@ -107,6 +107,13 @@ def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
                       ef_search=ef_search, agent_size=size)
 
 
+def agent_count(session: Session, agent_id: str, cap: int) -> int:
+    """How many memories the agent holds, counted up to ``cap`` (cheap at any size)."""
+    return int(session.execute(statement(
+        "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
+        {"a": agent_id, "n": cap}).scalar_one())
+
+
 def filtered_size(session: Session, agent_id: str, filters: Filters, cap: int) -> int:
     """How many of the agent's memories pass ``filters``, counted up to ``cap``."""
     return int(session.execute(statement(
@@ -189,9 +196,7 @@ class AgentSizeCache:
         if hit and now - hit[0] < SIZE_CACHE_SECONDS:
             return hit[1]
         # Counting stops at threshold + 1 rows: cheap for every agent size.
-        count = int(session.execute(statement(
-            "SELECT count(*) FROM (SELECT 1 FROM memories WHERE agent_id = :a LIMIT :n) s"),
-            {"a": agent_id, "n": self.threshold + 1}).scalar_one())
+        count = agent_count(session, agent_id, self.threshold + 1)
         with self._lock:
             if len(self._seen) > 100_000:
                 self._seen.clear()

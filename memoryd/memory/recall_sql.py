@@ -72,9 +72,15 @@ class Filters:
         return bool(self.since or self.until or self.metadata)
 
     def sql(self) -> str:
+        """Recall's WHERE clauses: live memories passing the chosen filters."""
         clauses = ["(m.expires_at IS NULL OR m.expires_at > now())"]
         if not self.include_archived:
             clauses.append("m.archived_at IS NULL")
+        return " AND ".join([*clauses, *self.chosen()])
+
+    def chosen(self) -> list[str]:
+        """The clauses of the filters a caller chose (``list`` applies only these)."""
+        clauses = []
         if self.category:
             clauses.append("m.category = :category")
         if self.tags:
@@ -87,7 +93,7 @@ class Filters:
             clauses.append("m.created_at < :until")
         if self.metadata:
             clauses.append("m.metadata @> CAST(:metadata AS jsonb)")
-        return " AND ".join(clauses)
+        return clauses
 
     def params(self) -> dict[str, Any]:
         return {"category": self.category, "tags": list(self.tags),

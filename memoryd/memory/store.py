@@ -144,14 +144,10 @@ class MemoryStore:
         text_query = check.query(query)
         check.limit(limit)
         check.mode(mode)
-        start, end = check.time_range(since, until)
-        wanted = check.metadata_filter(metadata)
-        filters = recall.Filters(category=check.category(category), tags=check.tags(tags),
-                                 session_id=check.short_text("session_id", session_id),
-                                 include_archived=check.boolean("include_archived",
-                                                                include_archived),
-                                 since=start, until=end,
-                                 metadata=json.dumps(wanted, sort_keys=True) if wanted else None)
+        filters = _filters(since, until, metadata, category=check.category(category),
+                           tags=check.tags(tags),
+                           session_id=check.short_text("session_id", session_id),
+                           include_archived=check.boolean("include_archived", include_archived))
         pending = self.query_embedding.soon(text_query)
         with self.session() as session:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
@@ -199,17 +195,12 @@ class MemoryStore:
              until: datetime | str | None = None,
              metadata: Mapping[str, Any] | None = None) -> Page:
         """The agent's memories, newest first, filtered like ``recall``."""
-        agent, cat = check.agent_id(agent_id), check.category(category)
+        agent = check.agent_id(agent_id)
         check.limit(limit)
         check.offset(offset)
-        start, end = check.time_range(since, until)
-        wanted = check.metadata_filter(metadata)
-        where = " AND ".join(["m.agent_id = :a", *(
-            clause for clause, on in (("m.category = :c", cat), ("m.created_at >= :since", start),
-                                      ("m.created_at < :until", end),
-                                      ("m.metadata @> CAST(:meta AS jsonb)", wanted)) if on)])
-        params = {"a": agent, "c": cat, "n": limit, "o": offset, "since": start,
-                  "until": end, "meta": json.dumps(wanted)}
+        filters = _filters(since, until, metadata, category=check.category(category))
+        where = " AND ".join(["m.agent_id = :a", *filters.chosen()])
+        params = {"a": agent, "n": limit, "o": offset, **filters.params()}
         with self.session() as session:
             total = session.execute(text(f"SELECT count(*) FROM memories m WHERE {where}"),
                                     params).scalar_one()
@@ -321,3 +312,12 @@ class MemoryStore:
         agent = check.agent_id(agent_id)
         with self.session() as session:
             return sessions.list_sessions(session, agent)
+
+
+def _filters(since: object, until: object, metadata: object, **chosen: Any) -> recall.Filters:
+    """Recall's and list's filters, the time range and metadata checked by name."""
+    start, end = check.time_range(since, until)
+    wanted = check.metadata_filter(metadata)
+    return recall.Filters(since=start, until=end,
+                          metadata=json.dumps(wanted, sort_keys=True) if wanted else None,
+                          **chosen)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -51,11 +52,15 @@ class MemorydTask(Task):  # type: ignore[misc]
     retry_jitter = True
     max_retries = 8
 
+    @cached_property
+    def _signature(self) -> inspect.Signature:
+        return inspect.signature(self.run)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Check the message's shape first: a missing or unknown argument of a
         hand-crafted message is a ``ValidationError`` naming it, not a ``TypeError``."""
         try:
-            inspect.signature(self.run).bind(*args, **kwargs)
+            self._signature.bind(*args, **kwargs)
         except TypeError as exc:
             named = re.search(r"'([^']+)'", str(exc))
             raise ValidationError(named.group(1) if named else "message",

@@ -64,7 +64,9 @@ class QuorumQueueDeliveries:
 
 
 def counter_for(broker_url: str) -> DeliveryCounter:
-    if broker_url.startswith(("amqp://", "amqps://", "pyamqp://")):
+    from memoryd.broker import is_rabbitmq
+
+    if is_rabbitmq(broker_url):
         return QuorumQueueDeliveries()
     return RedisDeliveries(broker_url)
 
