@@ -55,6 +55,7 @@ class CachingEmbedder:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.dim: int = inner.dim
+        self.name: str = inner.name
         self._cache: dict[str, npt.NDArray[np.float32]] = {}
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -234,3 +235,11 @@ def write_bar_charts(path: Path, panels: Sequence[Mapping[str, Any]], *,
     finally:
         plt.close(fig)
     return path
+
+
+def pool_model() -> str:
+    """The model benchmarks' precomputed vectors come from: the configured one."""
+    from memoryd.config import get_settings
+    from memoryd.memory.embeddings import configured_model
+
+    return configured_model(get_settings())

@@ -48,6 +48,7 @@ from bench.common import (
     format_table,
     machine_info,
     now_iso,
+    pool_model,
     progress,
     progress_bar,
     timer,
@@ -268,9 +269,9 @@ def _engine(url: str) -> Any:
 
 _ROW = """
 INSERT INTO memories (agent_id, content, content_hash, category, importance, confidence,
-                      pinned, created_at, updated_at, expires_at, embedding)
+                      pinned, created_at, updated_at, expires_at, embedding, embedding_model)
 SELECT r.agent_id, r.content, md5(r.content), 'fact', r.importance, r.confidence, r.pinned,
-       r.created_at, r.created_at, r.expires_at, p.v
+       r.created_at, r.created_at, r.expires_at, p.v, CAST(:model AS text)
 FROM (
     SELECT i, 'agent-' || lpad(CAST(i % :agents AS text), 5, '0') AS agent_id,
            CASE WHEN s.b = 3
@@ -291,6 +292,7 @@ FROM (
 ) r JOIN bench_pool p ON p.id = r.i % :pool
 """
 _BASE = "Note %s of agent %s: the user prefers green tea, %s cups a day."
+
 
 
 def expected_rows(scale: int) -> dict[str, int]:
@@ -385,7 +387,7 @@ def _load_rows(conn: Any, scale: int, agents: int, pool: int) -> None:
         for lo in range(0, scale, SEED_CHUNK):
             hi = min(scale, lo + SEED_CHUNK) - 1
             conn.execute(text(_ROW), {"lo": lo, "hi": hi, "agents": agents,
-                                      "pool": pool, "base": _BASE})
+                                      "pool": pool, "base": _BASE, "model": pool_model()})
             conn.commit()
             bar.update(hi - lo + 1)
 

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Engine, create_engine, text
 
-from bench.common import Stopwatch
+from bench.common import Stopwatch, pool_model
 from bench.common import progress as _progress
 from bench.common import progress_bar as _progress_bar
 
@@ -242,8 +242,10 @@ class SeedInfo:
 class PrecomputedEmbedder:
     """An embedder answering from a text -> vector map (texts embedded elsewhere)."""
 
-    def __init__(self, vectors: dict[str, npt.NDArray[np.float32]], dim: int) -> None:
+    def __init__(self, vectors: dict[str, npt.NDArray[np.float32]], dim: int,
+                 name: str) -> None:
         self.dim = dim
+        self.name = name  # the model that embedded ``vectors``
         self._vectors = vectors
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
@@ -342,8 +344,8 @@ def _load_background(engine: Engine, rows: int, pool_n: int, agents: int,
             hi = min(lo + INSERT_CHUNK, rows) - 1
             with engine.begin() as conn:
                 conn.execute(insert, {
-                    "lo": lo, "hi": hi, "pool": pool_n, "noise": NOISE_VECTORS,
-                    "agents": agents})
+                    "model": pool_model(), "lo": lo, "hi": hi, "pool": pool_n,
+                    "noise": NOISE_VECTORS, "agents": agents})
             bar.update(hi - lo + 1)
 
 
@@ -451,6 +453,7 @@ BACKGROUND_VALUES: dict[str, str] = {
     "created_at": _AGE,
     "updated_at": _AGE,
     "embedding": "l2_normalize(p.embedding + z.v)",
+    "embedding_model": "CAST(:model AS text)",  # the pool's model (``pool_model``)
 }
 
 
@@ -508,7 +511,8 @@ def _pool_embedder(texts: Sequence[str], pool: Sequence[str],
     vectors = {}
     for i, t in enumerate(texts):
         vectors[t] = _unit(pool_vectors[i % len(pool)] + noise[(i * 7) % len(noise)])
-    return PrecomputedEmbedder(vectors, pool_vectors.shape[1])
+    return PrecomputedEmbedder(vectors, pool_vectors.shape[1], pool_model())
+
 
 
 def _store(store: Any, agent: str, texts: Sequence[str], show: bool) -> None:

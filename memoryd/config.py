@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     recall_context_weight: float = Field(
         0.15, ge=0, le=1,
         description="Share of the best adjacent session message's score a candidate gains")
+    recall_expand: int = Field(
+        0, ge=0, le=100, description="the best this many candidates bring their session "
+                                     "neighbours (the messages just before and after) in "
+                                     "as candidates; 0 = off")
     recall_time_boost: float = Field(
         0.0, ge=0, le=1, description="added to the score of memories created in the period "
                                      "a query names ('in May 2023'); 0 = off")

@@ -36,6 +36,8 @@ class Globals:
     store: MemoryStore | None = None
     embedder: Embedder | None = None
     query_embedder: Embedder | None = None
+    # Embedders of models other than the configured one, by int8-ness (``embedder_for``).
+    other_embedders: dict[bool, Embedder] = field(default_factory=dict)
     llm: LLM | None = None  # installed by tests; otherwise chosen from the settings per call
     clock: Callable[[], datetime] | None = None  # installed by tests
     delivery_guard: DeliveryGuard | None = None  # a worker's main process only
@@ -53,6 +55,7 @@ def reset(*, after_fork: bool = False) -> None:
         engine = GLOBALS.engine
         GLOBALS.settings = GLOBALS.engine = GLOBALS.store = None
         GLOBALS.embedder = GLOBALS.query_embedder = GLOBALS.llm = None
+        GLOBALS.other_embedders = {}
         GLOBALS.clock = None
         GLOBALS.delivery_guard = None
     if engine is not None:

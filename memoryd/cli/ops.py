@@ -89,13 +89,17 @@ def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
 
 def _status(args: argparse.Namespace) -> int:
     from memoryd.memory import dead_letters, reports
+    from memoryd.memory.embeddings import configured_model
+    from memoryd.memory.maintenance.reembed import progress
 
     view = _broker_view()
-    with database.store().session() as session:
+    store = database.store()
+    with store.session() as session:
         runs = reports.last_runs(session)
         dead = dead_letters.count(session)
+        models = progress(session, configured_model(store.settings))
     if args.json:
-        print(as_json({**view, "dead_letters": dead, "jobs": runs}))
+        print(as_json({**view, "dead_letters": dead, "embeddings": models, "jobs": runs}))
         return 0
     print(f"workers: {', '.join(view['workers']) or 'none answering'}")
     if "error" in view:
@@ -103,6 +107,9 @@ def _status(args: argparse.Namespace) -> int:
     for queue, length in view["queues"].items():
         print(f"queue {queue}: {length} waiting")
     print(f"dead letters: {dead}" + (" (memoryd dlq list)" if dead else ""))
+    print(f"embedding model: {models['model']}, {models['done_percent']}% of memories on it "
+          f"({', '.join(f'{m}: {n}' for m, n in models['memories_by_model'].items()) or 'none'})"
+          + ("" if models["done_percent"] == 100.0 else "; the reembed job moves the rest"))
     print(table(("job", "last status", "started", "stats"),
                 [(job, runs[job]["status"] if job in runs else "never",
                   runs[job]["started_at"].strftime("%Y-%m-%d %H:%M:%S") if job in runs else "",

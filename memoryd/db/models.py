@@ -67,6 +67,8 @@ class MemoryRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
+    # The model that embedded ``embedding`` (migration 0012; embeddings.MODELS).
+    embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english'::regconfig, left(content, 100000))",
                            persisted=True), nullable=True)
@@ -90,6 +92,8 @@ class MemoryRow(Base):
         Index("ix_memories_expires", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL")),
         # Metadata filters (migration 0011).
+        # Which models an agent's vectors come from; reembed's walk (migration 0012).
+        Index("ix_memories_model_agent", "embedding_model", "agent_id", "id"),
         Index("ix_memories_metadata", "metadata", postgresql_using="gin",
               postgresql_ops={"metadata": "jsonb_path_ops"}),
     )
@@ -175,6 +179,8 @@ class EvictedMemoryRow(Base):
     # The memory row as JSON (every column but the embedding and tsvector).
     data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=True)
+    # Set only for memories evicted before migration 0012; later ones keep it in ``data``.
+    embedding_model: Mapped[str | None] = mapped_column(Text)
 
 
 class AgentTermStatsRow(Base):

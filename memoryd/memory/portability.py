@@ -1,13 +1,14 @@
 """Moving one agent's memory out and in: JSON Lines with its memories (and their
 embeddings), sessions, knowledge graph and links (``memoryd export`` / ``memoryd import``).
 
-The first line is a header naming the format, the agent and the embedding model of the
-stored vectors. An import keeps the vectors when the model is the store's and embeds the
-contents again when it is not. It is idempotent: a memory whose content (or key) the
-agent already holds is not added again, and sessions, entities, relations and links that
-exist are left as they are, so a second import of the same file adds nothing. Memories
-get new ids (the file may come from an agent that still exists); sessions and links are
-rewritten to them.
+The first line is a header naming the format, the agent and the exporting store's
+embedding model; each memory's data names the model of its own vector (files written
+before memories did take the header's). An import keeps a vector when its model is the
+store's and embeds the content again when it is not. It is idempotent: a memory whose
+content (or key) the agent already holds is not added again, and sessions, entities,
+relations and links that exist are left as they are, so a second import of the same
+file adds nothing. Memories get new ids (the file may come from an agent that still
+exists); sessions and links are rewritten to them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from sqlalchemy.orm import Session
 
 from memoryd import clock
 from memoryd import validation as check
-from memoryd.config import Settings
 from memoryd.errors import ValidationError
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.rows import STORED_COLUMNS
@@ -50,11 +50,6 @@ _EXPORT = {
 }
 
 
-def model_name(settings: Settings) -> str:
-    """The model stored memories are embedded with (the query model may differ)."""
-    return f"{settings.embedder}-int8" if settings.embed_int8 else settings.embedder
-
-
 @dataclass
 class Imported:
     memories: int = 0
@@ -74,7 +69,7 @@ def export_agent(store: MemoryStore, agent_id: str) -> Iterator[str]:
     """The agent's memory as JSON lines (header first), read in batches."""
     agent = check.agent_id(agent_id)
     yield json.dumps({"type": "header", "format": FORMAT, "version": VERSION,
-                      "agent_id": agent, "embedding_model": model_name(store.settings),
+                      "agent_id": agent, "embedding_model": store.embedder.name,
                       "exported_at": clock.now().isoformat()})
     with store.session() as session:
         for kind in KINDS:
@@ -95,10 +90,10 @@ def import_agent(store: MemoryStore, agent_id: str, lines: Iterable[str]) -> Imp
     header = next(records, None)
     _check_header(header)
     assert header is not None
-    result = Imported(reembedded=header["embedding_model"] != model_name(store.settings))
+    result = Imported()
     try:
         with store.session() as session:
-            _read(store, session, agent, records, result)
+            _read(store, session, agent, records, result, str(header["embedding_model"]))
     except (DataError, IntegrityError, ProgrammingError) as exc:
         # A record PostgreSQL refuses (wrong types, a vector of another size): the whole
         # import is rolled back.
@@ -108,22 +103,22 @@ def import_agent(store: MemoryStore, agent_id: str, lines: Iterable[str]) -> Imp
 
 
 def _read(store: MemoryStore, session: Session, agent: str,
-          records: Iterator[dict[str, Any]], result: Imported) -> None:
+          records: Iterator[dict[str, Any]], result: Imported, source_model: str) -> None:
     ids: dict[str, str] = {}  # exported memory id -> id in this store
     pending: list[dict[str, Any]] = []
     for record in records:
         if record["type"] == "memory":
             pending.append(record)
             if len(pending) >= BATCH:
-                _memories(store, session, agent, pending, result, ids)
+                _memories(store, session, agent, pending, result, ids, source_model)
                 pending = []
             continue
         if pending:
-            _memories(store, session, agent, pending, result, ids)
+            _memories(store, session, agent, pending, result, ids, source_model)
             pending = []
         _other(session, agent, record, result, ids)
     if pending:
-        _memories(store, session, agent, pending, result, ids)
+        _memories(store, session, agent, pending, result, ids, source_model)
 
 
 def _records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
@@ -154,7 +149,8 @@ def _check_header(header: dict[str, Any] | None) -> None:
 _INSERT_MEMORIES = text(f"""
     INSERT INTO memories ({", ".join(STORED_COLUMNS)})
     SELECT {", ".join({"id": "gen_random_uuid()", "agent_id": "CAST(:agent AS text)",
-                       "embedding": "CAST(x.item ->> 'embedding' AS vector)"}
+                       "embedding": "CAST(x.item ->> 'embedding' AS vector)",
+                       "embedding_model": "CAST(:model AS text)"}
                       .get(c, f"r.{c}") for c in STORED_COLUMNS)}
     FROM jsonb_array_elements(CAST(:batch AS jsonb)) AS x(item),
          jsonb_populate_record(NULL::memories, x.item -> 'data') AS r
@@ -164,12 +160,15 @@ _INSERT_MEMORIES = text(f"""
 
 
 def _memories(store: MemoryStore, session: Session, agent: str, batch: list[dict[str, Any]],
-              result: Imported, ids: dict[str, str]) -> None:
-    if result.reembedded:
-        vectors = store.embedder.embed([str(r["data"].get("content", "")) for r in batch])
-        for record, vector in zip(batch, vectors, strict=True):
+              result: Imported, ids: dict[str, str], source_model: str) -> None:
+    model = store.embedder.name
+    stale = [r for r in batch if r["data"].get("embedding_model", source_model) != model]
+    if stale:
+        vectors = store.embedder.embed([str(r["data"].get("content", "")) for r in stale])
+        for record, vector in zip(stale, vectors, strict=True):
             record["embedding"] = to_pgvector(vector)
-    added = session.execute(_INSERT_MEMORIES, {"agent": agent,
+        result.reembedded = True
+    added = session.execute(_INSERT_MEMORIES, {"agent": agent, "model": model,
                                                "batch": json.dumps(batch)}).all()
     result.memories += len(added)
     result.memories_present += len(batch) - len(added)

@@ -25,11 +25,7 @@ def rank(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[A
     ``keep`` (all if None) become ``Recalled`` objects, which is most of the ranking's
     cost."""
     parts = scoring.components(found, clock.now())
-    weights = settings.weights()
-    vector = scoring.weight_vector(weights)
-    use_rrf = settings.recall_fusion == "rrf"
-    own = {c.row["id"]: scoring.rrf(c, p, weights) if use_rrf else scoring.weighted(p, vector)
-           for c, p in zip(found, parts, strict=True)}
+    own = _own_scores(found, parts, settings)
     final = scoring.with_context(own, neighbours, settings.recall_context_weight)
     order = sorted(range(len(found)), key=lambda i: (-round(final[found[i].row["id"]][0], 6),
                                                      str(found[i].row["id"])))
@@ -40,6 +36,23 @@ def rank(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[A
             memory=to_memory(found[i].row), score=round(score, 6),
             components=parts[i].public(round(context, 6))))
     return hits
+
+
+def best(found: Sequence[scoring.Candidate], settings: Settings,
+         n: int) -> list[scoring.Candidate]:
+    """The ``n`` candidates with the best own scores (no context), best first."""
+    own = _own_scores(found, scoring.components(found, clock.now()), settings)
+    return sorted(found, key=lambda c: (-own[c.row["id"]], str(c.row["id"])))[:n]
+
+
+def _own_scores(found: Sequence[scoring.Candidate], parts: Sequence[scoring.Parts],
+                settings: Settings) -> dict[Any, float]:
+    """Each candidate's score from its own components, by id."""
+    weights = settings.weights()
+    if settings.recall_fusion == "rrf":
+        return {c.row["id"]: scoring.rrf(c, p, weights) for c, p in zip(found, parts, strict=True)}
+    vector = scoring.weight_vector(weights)
+    return {c.row["id"]: scoring.weighted(p, vector) for c, p in zip(found, parts, strict=True)}
 
 
 def favour_period(ranked: list[Recalled], period: tuple[datetime, datetime],

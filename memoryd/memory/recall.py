@@ -41,6 +41,7 @@ from memoryd.memory.recall_sql import (
     VectorSearch,
     candidate_statement,
     keyword_statement,
+    neighbour_statement,
     settings_statement,
     statement,
     vector_settings,
@@ -48,12 +49,14 @@ from memoryd.memory.recall_sql import (
 from memoryd.memory.scoring import Candidate
 
 __all__ = ["CANDIDATE_FACTOR", "AgentSizeCache", "Filters", "KeywordHit", "QueryEmbedding",
-           "RecallPlan", "build_plan", "candidates", "execute", "keyword_hits", "plan",
-           "session_neighbours", "touch", "vector_settings"]
+           "RecallPlan", "StoreModels", "agent_models", "build_plan", "candidates", "execute",
+           "expand", "keyword_hits", "plan", "session_neighbours", "store_models", "touch",
+           "vector_settings"]
 
 CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
 EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
+STORE_MODELS_SECONDS = 5.0
 _CONTEXT_MAX_MESSAGES = 5_000
 
 
@@ -86,10 +89,13 @@ class RecallPlan:
     settings_statement: Sql | None
     agent_size: int | None = None  # as counted by ``AgentSizeCache``, if it was
 
-    def candidate_statement(self, query_vector: str, hits: list[KeywordHit]) -> Sql:
-        """The candidate query: the vector side merged with the keyword side's ``hits``."""
+    def candidate_statement(self, query_vector: str, hits: list[KeywordHit],
+                            model: str | None = None) -> Sql:
+        """The candidate query: the vector side merged with the keyword side's ``hits``
+        (with ``model``: only memories of that embedding model)."""
         return candidate_statement(self.agent_id, query_vector, hits, self.filters,
-                                   self.per_retriever, search=self.vector_search)
+                                   self.per_retriever, search=self.vector_search,
+                                   model=model)
 
 
 def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
@@ -159,25 +165,84 @@ def keyword_hits(session: Session, recall_plan: RecallPlan) -> list[KeywordHit]:
 
 
 def candidates(session: Session, recall_plan: RecallPlan, query_vector: str,
-               hits: list[KeywordHit]) -> list[Candidate]:
+               hits: list[KeywordHit], model: str | None = None) -> list[Candidate]:
     """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
     side's ``hits``, with raw components (after ``keyword_hits``, which applied the
-    settings the vector side needs)."""
-    result = recall_plan.candidate_statement(query_vector, hits).run(session)
+    settings the vector side needs). With ``model``, only memories of that embedding
+    model, and ``query_vector`` must be that model's."""
+    result = recall_plan.candidate_statement(query_vector, hits, model).run(session)
     return [
         Candidate(row=row, semantic=float(row["semantic"]),
                   keyword_raw=float(row["keyword_raw"]),
-                  vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"])
+                  vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"],
+                  model=model or "")
         for row in result.mappings().all()
     ]
 
 
-def execute(session: Session, recall_plan: RecallPlan,
-            query_vector: Future[str]) -> list[Candidate]:
+# The distinct embedding models of the memories, as a loose scan of the (model, agent,
+# id) index: one probe per model in the store (and, for an agent, one per model found),
+# never a read of the rows.
+_MODELS_CTE = """
+WITH RECURSIVE models(name) AS (
+    (SELECT embedding_model FROM memories ORDER BY embedding_model LIMIT 1)
+    UNION ALL
+    SELECT (SELECT embedding_model FROM memories WHERE embedding_model > models.name
+            ORDER BY embedding_model LIMIT 1)
+    FROM models WHERE models.name IS NOT NULL)"""
+_STORE_MODELS = _MODELS_CTE + """
+SELECT name FROM models WHERE name IS NOT NULL ORDER BY name"""
+_AGENT_MODELS = _MODELS_CTE + """
+SELECT name FROM models WHERE name IS NOT NULL AND EXISTS (
+    SELECT 1 FROM memories WHERE embedding_model = models.name AND agent_id = :agent_id)
+ORDER BY name"""
+
+
+def store_models(session: Session) -> tuple[str, ...]:
+    """The embedding models of all the store's memories."""
+    return tuple(session.execute(statement(_STORE_MODELS)).scalars())
+
+
+def agent_models(session: Session, agent_id: str) -> list[str]:
+    """The embedding models of the agent's memories (one, except while ``reembed`` moves
+    them to another; none for an agent without memories)."""
+    return list(session.execute(statement(_AGENT_MODELS), {"agent_id": agent_id}).scalars())
+
+
+@dataclass
+class StoreModels:
+    """Per-process memo of the embedding models of the whole store, read at most every
+    ``STORE_MODELS_SECONDS``: while it holds one model, recall need not ask which models
+    each agent's memories use. It may be that long out of date, so recall still names
+    the model in its vector query: a model that appeared meanwhile is missed for a few
+    seconds, never compared with another model's query."""
+
+    _seen: tuple[float, tuple[str, ...]] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, session: Session) -> tuple[str, ...]:
+        now = time.monotonic()
+        with self._lock:
+            seen = self._seen
+        if seen is not None and now - seen[0] < STORE_MODELS_SECONDS:
+            return seen[1]
+        models = store_models(session)
+        with self._lock:
+            self._seen = (now, models)
+        return models
+
+    def clear(self) -> None:
+        """Forget what was read (tests re-embed and empty the tables between them)."""
+        with self._lock:
+            self._seen = None
+
+
+def execute(session: Session, recall_plan: RecallPlan, query_vector: Future[str],
+            model: str | None = None) -> list[Candidate]:
     """Run the plan: the keyword side while ``query_vector`` is computed, then the
-    vector side merged with its hits."""
+    vector side merged with its hits (with ``model``: its memories only)."""
     hits = keyword_hits(session, recall_plan)
-    return candidates(session, recall_plan, query_vector.result(), hits)
+    return candidates(session, recall_plan, query_vector.result(), hits, model)
 
 
 @dataclass
@@ -244,6 +309,30 @@ class QueryEmbedding:
             if self._pool is not None:
                 self._pool[1].shutdown(wait=False, cancel_futures=True)
                 self._pool = None
+
+
+def expand(session: Session, recall_plan: RecallPlan, found: list[Candidate],
+           seeds: list[Candidate], vectors: Mapping[str, str]) -> list[Candidate]:
+    """Recall's second round: the messages just before and after each of ``seeds`` in
+    its session that the first round did not find, as candidates scored against the
+    query vector of their model (``vectors``; no keyword score). A conversation's answer
+    is often the message after the one that matched the question, and shares neither its
+    words nor its meaning; the context score (``session_neighbours``) then lends it part
+    of the matching message's score."""
+    known = [c.row["id"] for c in found]
+    added: list[Candidate] = []
+    for model, vector in vectors.items():
+        picked = [(str(c.row["session_id"]), str(c.row["id"]))
+                  for c in seeds if c.row["session_id"] and c.model == model]
+        if not picked:
+            continue
+        rows = neighbour_statement(recall_plan.agent_id, vector, picked, known,
+                                   recall_plan.filters, model,
+                                   max_messages=_CONTEXT_MAX_MESSAGES).run(session)
+        added += [Candidate(row=row, semantic=float(row["semantic"]), keyword_raw=0.0,
+                            vector_rank=None, keyword_rank=None, model=model)
+                  for row in rows.mappings().all()]
+    return added
 
 
 def session_neighbours(session: Session, agent_id: str,

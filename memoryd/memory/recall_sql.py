@@ -175,18 +175,22 @@ def _keyword_text(where: str, search: KeywordSearch, settings_count: int) -> str
 # --- the candidate query -----------------------------------------------------------
 def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit],
                         filters: Filters, per_retriever: int, *,
-                        search: VectorSearch) -> Sql:
+                        search: VectorSearch, model: str | None = None) -> Sql:
     """The vector side's rows, then the keyword side's ``hits`` it did not find (their
     rows looked up by id). The vector side's rows come straight from its scan, not
-    looked up again. Needs ``vector_settings`` applied first."""
+    looked up again. Needs ``vector_settings`` applied first. With ``model``, only
+    memories embedded by that model (``query_vector`` is that model's), both sides."""
     params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever,
               "kw_ids": [h.id for h in hits], "kw_ranks": [h.rank for h in hits],
-              "kw_pos": [h.pos for h in hits], **filters.params()}
-    return Sql(_candidate_text(filters.sql(), search), params)
+              "kw_pos": [h.pos for h in hits], "embedding_model": model, **filters.params()}
+    return Sql(_candidate_text(filters.sql(), search, model is not None), params)
 
 
 @lru_cache(maxsize=64)
-def _candidate_text(where: str, search: VectorSearch) -> str:
+def _candidate_text(where: str, search: VectorSearch, one_model: bool = False) -> str:
+    same_model = "m.embedding_model = :embedding_model"
+    if one_model:
+        where = f"{where} AND {same_model}"
     vec = _hnsw_vector_cte(where) if search == "hnsw" else _exact_vector_cte(where)
     return f"""
         WITH {vec},
@@ -199,7 +203,7 @@ def _candidate_text(where: str, search: VectorSearch) -> str:
         UNION ALL
         SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), kw.rank, NULL, kw.pos
         FROM kw JOIN memories m ON m.id = kw.id AND m.agent_id = :agent_id
-        WHERE kw.id NOT IN (SELECT id FROM vec)
+        WHERE kw.id NOT IN (SELECT id FROM vec){f" AND {same_model}" if one_model else ""}
     """
 
 
@@ -219,3 +223,43 @@ def _exact_vector_cte(where: str) -> str:
             FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
                   FROM memories m WHERE m.agent_id = :agent_id AND {where}
                   ORDER BY dist, m.id LIMIT :k) v)"""
+
+
+# --- the neighbour query -------------------------------------------------------------
+# A message id is checked for a uuid's shape before the cast: session lists are repaired
+# by maintenance, and a damaged entry must not fail a recall.
+_UUID_SHAPE = "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'"
+
+
+def neighbour_statement(agent_id: str, query_vector: str, seeds: list[tuple[str, str]],
+                        known: list[Any], filters: Filters, model: str, *,
+                        max_messages: int) -> Sql:
+    """The messages just before and after each seed (session id, memory id) in its
+    session's list, except ``known`` memories, as candidate rows of ``model`` (their
+    cosine to ``query_vector``, no keyword score). Sessions longer than ``max_messages``
+    are skipped, as ``recall.session_neighbours`` does."""
+    params = {"agent_id": agent_id, "qv": query_vector, "embedding_model": model,
+              "sids": sorted({sid for sid, _ in seeds}), "ids": [mid for _, mid in seeds],
+              "known": known, "cap": max_messages, **filters.params()}
+    return Sql(_neighbour_text(filters.sql()), params)
+
+
+@lru_cache(maxsize=64)
+def _neighbour_text(where: str) -> str:
+    return f"""
+        WITH seeds AS (
+            SELECT s.messages, e.pos FROM sessions s
+            CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
+            WHERE s.agent_id = :agent_id AND s.session_id = ANY(:sids)
+              AND s.message_count <= :cap AND e.msg ->> 'id' = ANY(:ids)),
+        near AS (
+            SELECT DISTINCT seeds.messages -> CAST(seeds.pos - 1 + d.step AS int) ->> 'id' AS id
+            FROM seeds CROSS JOIN (VALUES (-1), (1)) AS d(step)
+            WHERE seeds.pos - 1 + d.step >= 0)
+        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)) AS semantic
+        FROM memories m
+        WHERE m.id = ANY(ARRAY(SELECT CAST(near.id AS uuid) FROM near
+                               WHERE near.id ~ {_UUID_SHAPE}))
+          AND m.agent_id = :agent_id AND m.embedding_model = :embedding_model
+          AND m.id <> ALL(CAST(:known AS uuid[])) AND {where}
+    """

@@ -26,6 +26,7 @@ class Candidate:
     keyword_raw: float       # sum of the matched terms' IDF, unnormalized
     vector_rank: int | None  # 1-based rank among vector candidates
     keyword_rank: int | None
+    model: str = ""  # the embedding model ``semantic`` comes from, when an agent has two
 
 
 class Parts(NamedTuple):
@@ -56,12 +57,16 @@ def components(candidates: Sequence[Candidate], now: datetime) -> list[Parts]:
     candidate (its cosine, clipped to 0..1, and its keyword score are 1.0): the two
     retrievers' raw scores live on different scales (MiniLM cosines of related texts
     sit far below 1), and normalizing only one of them let the other count for less
-    than its weight (see the LoCoMo results in bench/README.md)."""
-    best_semantic = max((_clip(c.semantic) for c in candidates), default=0.0)
+    than its weight (see the LoCoMo results in bench/README.md). Semantic is relative to
+    the best candidate of the same embedding model: cosines of two models are never
+    compared (an agent whose memories are being re-embedded has both)."""
+    best_semantic: dict[str, float] = {}
+    for c in candidates:
+        best_semantic[c.model] = max(best_semantic.get(c.model, 0.0), _clip(c.semantic))
     best_keyword = max((c.keyword_raw for c in candidates), default=0.0)
     return [
         Parts(
-            semantic=_ratio(_clip(c.semantic), best_semantic),
+            semantic=_ratio(_clip(c.semantic), best_semantic[c.model]),
             keyword=_ratio(c.keyword_raw, best_keyword),
             recency=recency(c.row["created_at"], str(c.row["category"]), now),
             importance=float(c.row["importance"]),

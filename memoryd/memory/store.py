@@ -7,6 +7,7 @@ import builtins
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -24,11 +25,14 @@ from memoryd.memory import graph, ranking, recall, sessions, timewords, writes
 from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
     Embedder,
+    embedder_for,
     get_embedder,
     get_query_embedder,
+    to_pgvector,
 )
-from memoryd.memory.recall import CANDIDATE_FACTOR
+from memoryd.memory.recall import CANDIDATE_FACTOR, RecallPlan
 from memoryd.memory.rows import select_list, to_memory
+from memoryd.memory.scoring import Candidate
 from memoryd.types import (
     Entity,
     Memory,
@@ -59,6 +63,7 @@ class MemoryStore:
         self._query_embedder = query_embedder or embedder
         # Recall's per-store helpers: each agent's size, and the query-embedding threads.
         self.agent_sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
+        self.store_models = recall.StoreModels()
         # Large agents recalled without an index of their own; a worker sets its request.
         self.index_watch = IndexWatch(self.settings.agent_index_min_memories,
                                       self.settings.recall_exact_threshold)
@@ -89,6 +94,13 @@ class MemoryStore:
         if self._query_embedder is None:
             self._query_embedder = get_query_embedder()
         return self._query_embedder
+
+    def embedder_for(self, model: str, *, query: bool = False) -> Embedder:
+        """The embedder of memories of ``model`` (``query``: of recall queries compared
+        with them): this store's own for its model, else ``embeddings.embedder_for``."""
+        if model == self.embedder.name:
+            return self.query_embedder if query else self.embedder
+        return embedder_for(model, query=query)
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent, safe concurrently)."""
@@ -152,7 +164,10 @@ class MemoryStore:
         with self.session() as session:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
                                CANDIDATE_FACTOR * limit, ef_search=self.settings.hnsw_ef_search)
-            found = recall.execute(session, plan, pending)
+            found, vectors = self._candidates(session, plan, text_query, pending)
+            if self.settings.recall_expand and found:
+                seeds = ranking.best(found, self.settings, self.settings.recall_expand)
+                found += recall.expand(session, plan, found, seeds, vectors)
             if plan.agent_size is not None:
                 self.index_watch.notice(session, agent, plan.agent_size)
             neighbours = (recall.session_neighbours(session, agent, found)
@@ -168,6 +183,28 @@ class MemoryStore:
             ranked = ranked[:limit]
             recall.touch(session, agent, [hit.memory.id for hit in ranked])
         return ranked
+
+    def _candidates(self, session: Session, plan: RecallPlan, query: str, pending: Future[str]
+                    ) -> tuple[builtins.list[Candidate], dict[str, str]]:
+        """The plan's candidates, and the query's vector for each model searched. An
+        agent whose memories all come from this store's model (the usual case) is
+        searched with ``pending``; one whose memories come from other models (while
+        ``reembed`` moves them) is searched once per model, each with the query embedded
+        by that model, so no two models' vectors meet. Which models an agent has is
+        asked only while the store holds several."""
+        own = self.embedder.name
+        models = ([own] if self.store_models.get(session) == (own,)
+                  else recall.agent_models(session, plan.agent_id))
+        if not models or models == [own]:
+            return recall.execute(session, plan, pending, own), {own: pending.result()}
+        hits = recall.keyword_hits(session, plan)
+        found: builtins.list[Candidate] = []
+        vectors = {model: pending.result() if model == own else
+                   to_pgvector(self.embedder_for(model, query=True).embed([query])[0])
+                   for model in models}
+        for model, vector in vectors.items():
+            found += recall.candidates(session, plan, vector, hits, model)
+        return found, vectors
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
@@ -230,6 +267,7 @@ class MemoryStore:
                     FROM memories self, memories o
                     WHERE self.id = :id AND self.agent_id = :a AND o.agent_id = :a
                       AND o.id <> :id AND o.archived_at IS NULL
+                      AND o.embedding_model = self.embedding_model
                     ORDER BY (o.embedding <=> self.embedding) + 0 LIMIT :n),
                 merged AS (
                     SELECT DISTINCT ON (other) other, kind, score, prio FROM (

@@ -74,6 +74,7 @@ _WRITTEN = (
     _Written("expires_at", "timestamptz"),
     _Written("created_at", "timestamptz", "coalesce(CAST({v} AS timestamptz), now())"),
     _Written("embedding", "text", "CAST({v} AS vector)"),
+    _Written("embedding_model", "text"),
 )
 # What storing under an existing key replaces; identity and creation time stay.
 _REPLACED = tuple(c for c in _WRITTEN if c.name not in ("agent_id", "key", "created_at"))
@@ -115,8 +116,8 @@ _BY_KEY = text("""SELECT id, content_hash FROM memories
                   WHERE agent_id = :agent_id AND key = :key FOR UPDATE""")
 _SET_CONTENT = text("""
 UPDATE memories SET content = :content, content_hash = :h,
-    embedding = CAST(:vector AS vector), importance = coalesce(:importance, importance),
-    updated_at = now()
+    embedding = CAST(:vector AS vector), embedding_model = :model,
+    importance = coalesce(:importance, importance), updated_at = now()
 WHERE id = :id
 """)
 
@@ -134,11 +135,11 @@ def prepare(embedder: Embedder, pairs: Sequence[tuple[str, StoreItem]]) -> list[
     """(agent id, validated item) pairs as rows to write: every content embedded in one
     pass, category and importance defaulted from the content."""
     vectors = embed_texts(embedder, [item.content for _, item in pairs])
-    return [_prepared(agent_id, item, vector)
+    return [_prepared(agent_id, item, vector, embedder.name)
             for (agent_id, item), vector in zip(pairs, vectors, strict=True)]
 
 
-def _prepared(agent_id: str, item: StoreItem, vector: str) -> PreparedRow:
+def _prepared(agent_id: str, item: StoreItem, vector: str, model: str) -> PreparedRow:
     category = item.category or classify.classify(item.content).category
     importance = item.importance
     if importance is None:
@@ -150,6 +151,7 @@ def _prepared(agent_id: str, item: StoreItem, vector: str) -> PreparedRow:
         "tags": json.dumps(list(item.tags)), "source": item.source,
         "metadata": json.dumps(item.metadata or {}), "importance": importance,
         "expires_at": item.expires_at, "created_at": item.created_at, "embedding": vector,
+        "embedding_model": model,
     })
 
 
@@ -171,13 +173,13 @@ def write(session: Session, rows: Sequence[PreparedRow]) -> list[StoreResult]:
 
 
 def set_content(session: Session, memory_id: uuid.UUID, content: str, vector: str, *,
-                importance: float | None = None) -> None:
-    """Rewrite a memory's content, hash and embedding in place (maintenance edits),
-    optionally its importance. Raises ``IntegrityError`` if the agent already holds
-    that content under another memory: dedup wins."""
+                model: str, importance: float | None = None) -> None:
+    """Rewrite a memory's content, hash and embedding (of ``model``) in place
+    (maintenance edits), optionally its importance. Raises ``IntegrityError`` if the
+    agent already holds that content under another memory: dedup wins."""
     session.execute(_SET_CONTENT, {"content": content, "h": content_hash(content),
-                                   "vector": vector, "importance": importance,
-                                   "id": memory_id})
+                                   "vector": vector, "model": model,
+                                   "importance": importance, "id": memory_id})
 
 
 def _write_agent(session: Session, agent_id: str,

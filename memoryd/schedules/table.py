@@ -28,6 +28,7 @@ from memoryd.memory.maintenance.deduplicate import deduplicate
 from memoryd.memory.maintenance.evict import evict
 from memoryd.memory.maintenance.expire import expire
 from memoryd.memory.maintenance.index_agents import index_agents
+from memoryd.memory.maintenance.reembed import reembed
 from memoryd.memory.maintenance.repair_sessions import repair_sessions
 from memoryd.memory.maintenance.summarize import summarize
 from memoryd.schedules.cron import Cron, parse_cron
@@ -102,7 +103,8 @@ def expires_for(cron: Cron) -> int:
 # Daily jobs are staggered (03:00, 03:30, 04:00, 05:00) so they do not compete for
 # the database at the same minute; the hourly and 6-hourly ones avoid each other's
 # minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour,
-# index_agents :45).
+# index_agents :45, reembed :50; with nothing to re-embed it ends after a few index
+# probes).
 DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
     scheduled(consolidate, "0 */6 * * *"),
     scheduled(evict, "0 3 * * *"),
@@ -113,6 +115,7 @@ DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
     scheduled(compact_sessions, "15 * * * *"),
     scheduled(repair_sessions, "0 5 * * *"),
     scheduled(index_agents, "45 * * * *"),
+    scheduled(reembed, "50 * * * *"),
 )
 
 # Every job by name, in table order: what ``run_job`` runs.

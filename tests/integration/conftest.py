@@ -65,6 +65,7 @@ def store(_session_store: object) -> object:
     with _session_store.session() as session:
         session.execute(text(f"TRUNCATE {', '.join(TABLES)}"))
     _session_store.agent_sizes.clear()
+    _session_store.store_models.clear()
     return _session_store
 
 

@@ -3,6 +3,7 @@ Every endpoint, and the error bodies a caller must be able to act on."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -249,6 +250,13 @@ def test_admin_endpoints_run_jobs_report_and_restore(
                        json={"agent_id": agent_id, "dry_run": True, "wait": False})
     assert queued.status_code == 202, queued.text
     assert queued.json()["job"] == "expire" and queued.json()["task_id"]
+    # The queued dry run holds the job's lock while it runs: a run started meanwhile
+    # would be skipped, so wait for it to be recorded.
+    deadline = time.monotonic() + 60
+    while not any(r["dry_run"] and r["status"] == "ok" for r in http.get(
+            "/v1/jobs/runs", headers=admin, params={"job": "expire"}).json()):
+        assert time.monotonic() < deadline, "the queued dry run never finished"
+        time.sleep(0.1)
     ran = http.post("/v1/jobs/expire/runs", headers=admin,
                     json={"agent_id": agent_id, "wait": True})
     assert ran.status_code == 200, ran.text

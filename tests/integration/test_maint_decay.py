@@ -258,8 +258,9 @@ def _insert_with_vector(store: MemoryStore, content: str, importance: float,
     with store.session() as session:
         return session.execute(text("""
             INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  embedding)
-            VALUES ('a', :content, md5(:content), 'fact', :importance, CAST(:v AS vector))
+                                  embedding, embedding_model)
+            VALUES ('a', :content, md5(:content), 'fact', :importance, CAST(:v AS vector),
+                    'minilm')
             RETURNING id"""), {"content": content, "importance": importance,
                                "v": vector}).scalar_one()
 

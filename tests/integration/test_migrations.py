@@ -20,7 +20,7 @@ from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.memory.rows import STORED_COLUMNS
 
-HEAD = "0011"
+HEAD = "0012"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_term_stats", "agent_terms", "api_keys",
           "dead_letters"}
@@ -132,9 +132,9 @@ def test_upgrade_twice_is_a_no_op(fresh_db: Any) -> None:
     with engine.begin() as conn:
         conn.execute(text("""
             INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  embedding)
+                                  embedding, embedding_model)
             VALUES ('a', 'kept across re-runs', 'h', 'fact', 0.5,
-                    CAST(array_fill(0.1, ARRAY[384]) AS vector))"""))
+                    CAST(array_fill(0.1, ARRAY[384]) AS vector), 'minilm')"""))
     schema = (_tables(engine), _indexes(engine), _columns(engine))
 
     migrations.upgrade(engine)
@@ -249,14 +249,40 @@ _NORMALIZED_GROUPS = [["Hello, World!", "hello world", "  HELLO   world. ", "hel
                       ["hello worlds"]]
 
 
-def _insert(engine: Engine, contents: list[str]) -> None:
+def _insert(engine: Engine, contents: list[str], agent: str = "a") -> None:
+    """Rows as the schema at the current revision takes them (the model is named from
+    revision 0012 on)."""
     with engine.begin() as conn:
+        named = "embedding_model" in _columns(engine).get("memories", {})
         for content in contents:
-            conn.execute(text("""
+            conn.execute(text(f"""
                 INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                      embedding)
-                VALUES ('a', :c, md5(:c), 'fact', 0.5,
-                        CAST(array_fill(0.1, ARRAY[384]) AS vector))"""), {"c": content})
+                                      embedding{", embedding_model" if named else ""})
+                VALUES (:a, :c, md5(:c), 'fact', 0.5,
+                        CAST(array_fill(0.1, ARRAY[384]) AS vector)
+                        {", 'minilm'" if named else ""})"""), {"c": content, "a": agent})
+
+
+def test_upgrade_to_0012_records_the_configured_model_of_existing_memories(
+        fresh_db: Any) -> None:
+    _, engine = fresh_db()
+    migrations.upgrade(engine, "0011")
+    _insert(engine, ["stored before the model was recorded"])
+    with engine.begin() as conn:
+        conn.execute(text("""
+            INSERT INTO evicted_memories (memory_id, agent_id, reason, data, embedding)
+            VALUES (gen_random_uuid(), 'a', 'age', '{"content": "evicted before"}',
+                    CAST(array_fill(0.1, ARRAY[384]) AS vector))"""))
+    migrations.upgrade(engine)
+    with engine.begin() as conn:
+        models = conn.execute(text("SELECT embedding_model FROM memories")).scalars().all()
+        evicted = conn.execute(text(
+            "SELECT embedding_model FROM evicted_memories")).scalars().all()
+        default = conn.execute(text("""
+            SELECT column_default FROM information_schema.columns
+            WHERE table_name = 'memories' AND column_name = 'embedding_model'""")).scalar()
+    assert models == evicted == ["minilm"]  # the tests' configuration: MEMORYD_EMBED_INT8 off
+    assert default is None  # every writer names its model from now on
 
 
 def _norm_hashes(engine: Engine) -> dict[str, Any]:

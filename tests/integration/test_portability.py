@@ -87,21 +87,57 @@ def test_a_file_from_another_model_is_embedded_again(
     lines = memoryd(service_env, "export", source).stdout.splitlines()
     header = json.loads(lines[0])
     header["embedding_model"] = "some-other-model"
-    # Its vectors are garbage for this store: they must not be used.
+    # Its vectors are garbage for this store: they must not be used. The first memory
+    # names its model; the others, as files written before memories did, take the
+    # header's.
     records = [json.loads(line) for line in lines[1:]]
-    for record in records:
-        if record["type"] == "memory":
-            record["embedding"] = "[" + ",".join(["0.0"] * 383 + ["1.0"]) + "]"
-    dump = tmp_path / "other-model.jsonl"
-    dump.write_text("\n".join(json.dumps(r) for r in [header, *records]) + "\n")
-    result = as_json(memoryd(service_env, "import", target, str(dump), "--json"))
+    memories = [record for record in records if record["type"] == "memory"]
+    for record in memories:
+        record["embedding"] = NO_MODELS_VECTOR
+        del record["data"]["embedding_model"]
+    memories[0]["data"]["embedding_model"] = "yet-another-model"
+    result = _import(service_env, tmp_path, target, [header, *records])
     assert result["reembedded"] is True and result["memories"] == 3
+    assert _differing_vectors(store, source, target) == 0
     with store.session() as db:
-        same = db.execute(text(
-            "SELECT bool_and(s.embedding = t.embedding) FROM memories s JOIN memories t "
-            "ON s.content = t.content WHERE s.agent_id = :s AND t.agent_id = :t"),
-            {"s": source, "t": target}).scalar_one()
-    assert same is True
+        models = db.execute(text("SELECT DISTINCT embedding_model FROM memories "
+                                 "WHERE agent_id = :t"), {"t": target}).scalars().all()
+    assert models == [store.embedder.name]
+
+
+def test_a_memory_of_another_model_in_a_file_of_this_one_is_embedded_again(
+        store: MemoryStore, service_env: dict[str, str], tmp_path: Path) -> None:
+    source, target = f"src-{uuid.uuid4()}", f"dst-{uuid.uuid4()}"
+    _seed(store, source)
+    lines = memoryd(service_env, "export", source).stdout.splitlines()
+    records = [json.loads(line) for line in lines]
+    first = next(record for record in records if record["type"] == "memory")
+    first["data"]["embedding_model"] = "some-other-model"
+    first["embedding"] = NO_MODELS_VECTOR
+    result = _import(service_env, tmp_path, target, records)
+    assert result["reembedded"] is True and result["memories"] == 3
+    # The one re-embedded, the others' vectors kept as they were.
+    assert _differing_vectors(store, source, target) == 0
+
+
+NO_MODELS_VECTOR = "[" + ",".join(["0.0"] * 383 + ["1.0"]) + "]"  # garbage for any model
+
+
+def _import(env: dict[str, str], tmp_path: Path, target: str,
+            records: list[dict[str, Any]]) -> Any:
+    dump = tmp_path / "edited.jsonl"
+    dump.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return as_json(memoryd(env, "import", target, str(dump), "--json"))
+
+
+def _differing_vectors(store: MemoryStore, source: str, target: str) -> int:
+    """How many memories of ``target`` have a vector other than the same content's in
+    ``source``."""
+    with store.session() as db:
+        return int(db.execute(text(
+            "SELECT count(*) FROM memories s JOIN memories t ON s.content = t.content "
+            "WHERE s.agent_id = :s AND t.agent_id = :t AND s.embedding <> t.embedding"),
+            {"s": source, "t": target}).scalar_one())
 
 
 def test_a_broken_file_is_refused_and_imports_nothing(

@@ -435,6 +435,7 @@ class _SlowEmbedder:
         self.inner, self.slow, self.fail, self.delay = inner, slow, fail, delay
         self.calls: list[tuple[float, float, str]] = []
         self.dim = inner.dim  # type: ignore[attr-defined]
+        self.name = inner.name  # type: ignore[attr-defined]
 
     def embed(self, texts: list[str]) -> object:
         import threading
@@ -610,3 +611,64 @@ def test_the_plan_follows_the_agent_size(store: MemoryStore,
     assert indexed.settings_after_keywords == {"plan_cache_mode": "auto"}
     assert indexed.keyword_setup is not None and indexed.keyword_statement is not None
     assert "kw_found" in indexed.keyword_statement.text
+
+
+def test_the_second_round_brings_in_the_session_neighbours_of_the_best_candidates(
+        store: MemoryStore) -> None:
+    """``recall.expand``: the messages just before and after each seed in its session
+    list, unless already found, archived, or another agent's, as candidates with their
+    cosine to the query and no keyword score."""
+    turns = ["Caroline: What did you adopt from the shelter last month?",
+             "Melanie: A three year old greyhound named Max.",
+             "Caroline: The weather at the beach was lovely.",
+             "Melanie: We should go again in July."]
+    ids = [store.store(AGENT, turn, session_id="chat-1").id for turn in turns]
+    store.store("agent-other", "Someone else's message.", session_id="chat-1")
+    with store.session() as session:
+        session.execute(text("UPDATE memories SET archived_at = now() WHERE id = :id"),
+                        {"id": ids[3]})
+    query = "What did Melanie adopt?"
+    vector = store.query_embedder.embed([query])[0]
+    with store.session() as session:
+        plan = rc.plan(session, store.agent_sizes, AGENT, query, rc.Filters(), 30,
+                       ef_search=100)
+        found, vectors = store._candidates(session, plan, query,
+                                           store.query_embedding.soon(query))
+        by_id = {c.row["id"]: c for c in found}
+        seeds = [by_id[ids[0]], by_id[ids[2]]]
+        first = [by_id[ids[0]]]  # what the first round found, in this test
+        added = rc.expand(session, plan, first, seeds, vectors)
+    assert sorted(str(c.row["id"]) for c in added) == [str(ids[1])]  # not 3: archived
+    (neighbour,) = added
+    stored = store.embedder.embed([turns[1]])[0]
+    assert neighbour.semantic == pytest.approx(float(stored @ vector), abs=1e-4)
+    assert (neighbour.keyword_raw, neighbour.vector_rank, neighbour.keyword_rank) == \
+        (0.0, None, None)
+    assert neighbour.model == store.embedder.name
+
+
+def test_with_the_second_round_a_neighbour_outside_the_first_round_can_be_recalled(
+        store: MemoryStore, pg_url: str) -> None:
+    """Twenty notes about the shelter's dogs fill the first round of a recall of two
+    (six candidates per retriever); the answer, the turn after the question, shares no
+    word with the query and is found only through its session neighbour (lent all of
+    the question's score here, to make the effect certain)."""
+    store.store_many(AGENT, [{"content": f"Note {i}: the shelter's volunteers walk its "
+                                         f"dogs every morning, shift {i}."}
+                             for i in range(20)])
+    question = store.store(AGENT, "Caroline: What did Melanie adopt from the shelter?",
+                           session_id="chat-1").id
+    answer = store.store(AGENT, "A three year old greyhound named Max.",
+                         session_id="chat-1").id
+    query = "What did Melanie adopt from the shelter?"
+    plain = [h.memory.id for h in store.recall(AGENT, query, limit=2)]
+    assert answer not in plain
+    with override_settings(recall_expand="5", recall_context_weight="1"):
+        expanding = MemoryStore(pg_url, embedder=store.embedder)
+        try:
+            hits = expanding.recall(AGENT, query, limit=2)
+        finally:
+            expanding.engine.dispose()
+    found = {h.memory.id: h for h in hits}
+    assert answer in found and found[answer].components.context > 0
+    assert question not in plain or question in found

@@ -35,6 +35,7 @@ def test_an_injected_embedder_also_embeds_queries_unless_one_is_given(
 
     class Recording:
         dim = 384
+        name = "minilm"
 
         def embed(self, texts: Any) -> Any:
             calls.append(list(texts))

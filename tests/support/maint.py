@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from memoryd import clock
 from memoryd.errors import LLMUnavailable
+from memoryd.memory.embeddings import configured_model
 from memoryd.memory.llm import set_llm
 from memoryd.memory.maintenance import RunRecord, run_job
 from memoryd.memory.store import MemoryStore
@@ -60,14 +61,17 @@ def bulk_insert(store: MemoryStore, agent: str, n: int, *, prefix: str = "note",
     with store.session() as session:
         session.execute(text("""
             INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  confidence, created_at, updated_at, embedding)
+                                  confidence, created_at, updated_at, embedding,
+                                  embedding_model)
             SELECT CAST(:agent AS text), CAST(:prefix AS text) || ' number ' || i,
                    md5(CAST(:agent AS text) || CAST(:prefix AS text) || i), 'fact',
                    :importance, :confidence, now() - make_interval(days => :age), now(),
                    (SELECT CAST(array_agg(random() - 0.5) AS vector)
-                    FROM generate_series(1, 384) WHERE i > 0)  -- correlated: one per row
+                    FROM generate_series(1, 384) WHERE i > 0),  -- correlated: one per row
+                   CAST(:model AS text)
             FROM generate_series(1, :n) AS i
         """), {"agent": agent, "prefix": prefix, "importance": importance,
+               "model": configured_model(store.settings),
                "confidence": confidence, "age": age_days, "n": n})
 
 

@@ -42,6 +42,7 @@ REQUIRED_CRONS = {
     "compact_sessions": "15 * * * *",
     "repair_sessions": "0 5 * * *",
     "index_agents": "45 * * * *",
+    "reembed": "50 * * * *",
 }
 HOURLY, SIX_HOURLY, DAILY = 50 * 60, 5 * 3600, 23 * 3600
 
@@ -148,7 +149,8 @@ def test_default_table_has_every_job_with_the_required_cron() -> None:
 
 def test_expiry_follows_the_cadence_and_its_derivation() -> None:
     expected = {"consolidate": SIX_HOURLY, "cortex": SIX_HOURLY, "expire": HOURLY,
-                "compact_sessions": HOURLY, "index_agents": HOURLY, "evict": DAILY,
+                "compact_sessions": HOURLY, "index_agents": HOURLY, "reembed": HOURLY,
+                "evict": DAILY,
                 "deduplicate": DAILY, "summarize": DAILY, "repair_sessions": DAILY}
     for entry in DEFAULT_SCHEDULE:
         assert entry.expires_s == expected[entry.job]

@@ -276,18 +276,20 @@ def _merge(ctx: JobContext, checkpoint: dict[str, Any],
 
 _RANK = "ROW({a}.pinned OR {a}.category = 'decision', {a}.importance, {a}.created_at, {a}.id)"
 
-# For each memory x of the batch, its nearest neighbours of the same agent (HNSW);
+# For each memory x of the batch, its nearest neighbours of the same agent and
+# embedding model (HNSW; vectors of two models are never compared);
 # each close pair makes an edge from the worse memory (loser) to the better one; each
 # loser keeps its best winner; protected losers are dropped.
 _BEST = f"""
 WITH x AS (
-    SELECT m.id, m.agent_id, m.embedding FROM memories m
+    SELECT m.id, m.agent_id, m.embedding, m.embedding_model FROM memories m
     WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.archived_at IS NULL
 ), near AS (
     SELECT x.id AS a, n.id AS b, 1 - n.dist AS sim
     FROM x CROSS JOIN LATERAL (
         SELECT o.id, o.embedding <=> x.embedding AS dist FROM memories o
         WHERE o.agent_id = x.agent_id AND o.id <> x.id AND o.archived_at IS NULL
+          AND o.embedding_model = x.embedding_model
         ORDER BY o.embedding <=> x.embedding LIMIT {NEIGHBOURS}) n
     WHERE n.dist <= 1 - :threshold
 ), edges AS (
@@ -330,7 +332,8 @@ def _merge_batch(ctx: JobContext, ids: list[Any], sweep: dict[str, Any],
             rows = session.execute(text(_PLAN), params).all()
             roots = [Merge(r.loser, r.winner, float(r.sim)) for r in rows if r.root]
             merged = merge_into(session, ctx, roots, "merged",
-                                "1 - (l.embedding <=> s.embedding) >= :threshold",
+                                "l.embedding_model = s.embedding_model "
+                                "AND 1 - (l.embedding <=> s.embedding) >= :threshold",
                                 {"threshold": opts.merge_threshold})
         total += merged
         # Most batches have no chains: one round, without planning the batch again.

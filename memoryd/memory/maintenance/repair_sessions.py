@@ -349,7 +349,7 @@ def _apply_merge(session: Session, ctx: JobContext, agent_id: str, merge: _Merge
             # Evict first: that frees the others' hashes before the first takes the new one.
             evict_ids(session, others, "session_merge", ctx.run_id)
             writes.set_content(session, uuid.UUID(merge.first), merge.content, merge.vector,
-                               importance=importance)
+                               model=ctx.store.embedder.name, importance=importance)
     except IntegrityError:
         return False
     return True
@@ -374,7 +374,8 @@ def _apply_truncation(session: Session, ctx: JobContext, agent_id: str,
     try:
         with session.begin_nested():
             session.execute(_KEEP_FULL_TEXT, {"run_id": ctx.run_id, "id": memory_id})
-            writes.set_content(session, memory_id, cut.content, cut.vector)
+            writes.set_content(session, memory_id, cut.content, cut.vector,
+                               model=ctx.store.embedder.name)
     except IntegrityError:
         return False
     return True

@@ -15,8 +15,10 @@ if TYPE_CHECKING:
 
 # What a restored memory gets instead of its stored value: it counts as changed now,
 # no longer expires (or it would be expired again at once), and its embedding was
-# kept in a column of its own.
-_RESET = {"updated_at": "now()", "expires_at": "NULL", "embedding": "e.embedding"}
+# kept in a column of its own (as was its model, for memories evicted before migration
+# 0012).
+_RESET = {"updated_at": "now()", "expires_at": "NULL", "embedding": "e.embedding",
+          "embedding_model": "coalesce(r.embedding_model, e.embedding_model)"}
 _INSERT = text(f"""
     INSERT INTO memories ({", ".join(STORED_COLUMNS)})
     SELECT {", ".join(_RESET.get(column, f"r.{column}") for column in STORED_COLUMNS)}
