@@ -57,7 +57,11 @@ INSERT_CHUNK = 50_000
 SEED_FILE = "seed.json"
 # Dropped for the bulk load, rebuilt after it (migrations 0001 and 0006 define them).
 BULK_INDEXES = ("ix_memories_embedding_hnsw", "ix_memories_agent_lexemes")
-SEED_VERSION = 1
+SEED_VERSION = 2  # 2: the measured agents' memories are turns of sessions
+# The measured agents' memories are stored as turns of conversations this long, so that
+# recall reads session lists (its context score and second round) as it does for agents
+# that store conversations.
+SESSION_TURNS = 30
 
 # Server settings while loading (no WAL for index builds, big sort memory) ...
 LOAD_OPTIONS = {
@@ -520,7 +524,8 @@ def _store(store: Any, agent: str, texts: Sequence[str], show: bool) -> None:
     with _bar(len(texts), show, desc=f"store_many {agent}", unit="memory") as bar:
         for start in range(0, len(texts), STORE_BATCH):
             chunk = texts[start:start + STORE_BATCH]
-            items = [{"content": t, "created_at": now - timedelta(minutes=37 * (start + i))}
+            items = [{"content": t, "created_at": now - timedelta(minutes=37 * (start + i)),
+                      "session_id": f"{agent}-session-{(start + i) // SESSION_TURNS}"}
                      for i, t in enumerate(chunk)]
             results = store.store_many(agent, items)
             if not all(r.stored for r in results):

@@ -144,7 +144,9 @@ def test_a_named_date_lifts_the_memories_of_that_period_when_the_boost_is_on(
     hits = boosted.recall(agent, question, limit=2)
     assert hits[0].memory.content == "Melanie painted a lake with her kids."
     assert hits[0].score - hits[1].score >= 0.4
-    plain = {h.memory.content: h.score for h in store.recall(agent, question, limit=2)}
+    unboosted = MemoryStore(engine=store.engine, settings=store.settings.model_copy(
+        update={"recall_time_boost": 0.0}))
+    plain = {h.memory.content: h.score for h in unboosted.recall(agent, question, limit=2)}
     lifted = {h.memory.content: h.score for h in hits}
     assert lifted["Melanie painted a lake with her kids."] == pytest.approx(
         plain["Melanie painted a lake with her kids."] + 0.5, abs=1e-5)

@@ -376,8 +376,9 @@ def test_adjacent_session_messages_lend_part_of_their_score(store: MemoryStore,
 
     hits = {h.content: h for h in store.recall(AGENT, query, limit=4)}
     own = {c: _weighted(h) for c, h in hits.items()}
+    weight = store.settings.recall_context_weight
     for hit in hits.values():
-        assert hit.score == pytest.approx(own[hit.content] + 0.15 * hit.components.context,
+        assert hit.score == pytest.approx(own[hit.content] + weight * hit.components.context,
                                           abs=1e-5)
     assert hits[turns[1]].components.context == pytest.approx(
         max(own[turns[0]], own[turns[2]]), abs=1e-5)

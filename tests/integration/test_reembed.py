@@ -253,3 +253,18 @@ def test_status_shows_how_far_the_store_is_on_its_model(
     shown = memoryd(service_env, "status").stdout
     assert "embedding model: minilm, 25.0% of memories on it" in shown
     assert "reembed job moves the rest" in shown
+
+
+def test_a_model_this_memoryd_cannot_load_is_a_config_error_naming_it(
+        store: MemoryStore) -> None:
+    from memoryd.errors import ConfigError
+
+    with store.session() as session:
+        session.execute(text("""
+            INSERT INTO memories (agent_id, content, content_hash, category, importance,
+                                  embedding, embedding_model)
+            VALUES ('a', 'from the future', 'h', 'fact', 0.5,
+                    CAST(array_fill(0.1, ARRAY[384]) AS vector), 'minilm-v9')"""))
+    store.store_models.clear()
+    with pytest.raises(ConfigError, match="minilm-v9"):
+        store.recall("a", "the future")

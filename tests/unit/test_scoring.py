@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -67,6 +68,17 @@ def test_semantic_and_keyword_are_relative_to_the_best_candidate() -> None:
     assert (parts[0].semantic, parts[0].keyword) == (1.0, 1.0)
     assert parts[1].semantic == pytest.approx(0.5)
     assert parts[1].keyword == pytest.approx(0.25)
+
+
+def test_semantic_is_relative_to_the_best_candidate_of_the_same_model() -> None:
+    """Two models' cosines are never compared; the keyword side is shared."""
+    found = [replace(_candidate(semantic=0.8, keyword_raw=2.0), model="old"),
+             replace(_candidate(semantic=0.4), model="old"),
+             replace(_candidate(semantic=0.5, keyword_raw=4.0), model="new"),
+             replace(_candidate(semantic=0.25), model="new")]
+    parts = scoring.components(found, NOW)
+    assert [p.semantic for p in parts] == pytest.approx([1.0, 0.5, 1.0, 0.5])
+    assert [p.keyword for p in parts] == pytest.approx([0.5, 0.0, 1.0, 0.0])
 
 
 def test_negative_cosines_are_clipped_to_zero() -> None:
