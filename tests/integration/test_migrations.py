@@ -129,12 +129,7 @@ def test_upgrade_from_empty_creates_the_schema(fresh_db: Any) -> None:
 def test_upgrade_twice_is_a_no_op(fresh_db: Any) -> None:
     _, engine = fresh_db()
     migrations.upgrade(engine)
-    with engine.begin() as conn:
-        conn.execute(text("""
-            INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  embedding, embedding_model)
-            VALUES ('a', 'kept across re-runs', 'h', 'fact', 0.5,
-                    CAST(array_fill(0.1, ARRAY[384]) AS vector), 'minilm')"""))
+    _insert(engine, ["kept across re-runs"])
     schema = (_tables(engine), _indexes(engine), _columns(engine))
 
     migrations.upgrade(engine)

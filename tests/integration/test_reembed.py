@@ -259,12 +259,9 @@ def test_a_model_this_memoryd_cannot_load_is_a_config_error_naming_it(
         store: MemoryStore) -> None:
     from memoryd.errors import ConfigError
 
+    store.store("a", "A memory embedded by a later memoryd's model.")
     with store.session() as session:
-        session.execute(text("""
-            INSERT INTO memories (agent_id, content, content_hash, category, importance,
-                                  embedding, embedding_model)
-            VALUES ('a', 'from the future', 'h', 'fact', 0.5,
-                    CAST(array_fill(0.1, ARRAY[384]) AS vector), 'minilm-v9')"""))
+        session.execute(text("UPDATE memories SET embedding_model = 'minilm-v9'"))
     store.store_models.clear()
     with pytest.raises(ConfigError, match="minilm-v9"):
         store.recall("a", "the future")
