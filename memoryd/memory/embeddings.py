@@ -12,8 +12,9 @@ the fly; attention stays float), cached in ``MEMORYD_DATA_DIR/models``. Each tex
 alone (see ``MiniLMEmbedder``). It is faster, and LoCoMo recall is unchanged, but its
 vectors differ slightly from the wheel's: near-duplicates come out a little less
 similar, so consolidation (which merges at a fixed cosine) merges fewer of them:
-opt-in, not the default (bench/README.md has the figures). Stored vectors of the two
-models should not be mixed in one store (switch on a new store, or re-embed).
+opt-in, not the default (bench/README.md has the figures). Each memory records which
+of the two embedded it (``MODELS``): recall never compares their vectors, and the
+``reembed`` job moves a store from one to the other.
 
 Recall queries are another matter (``get_query_embedder``, ``MEMORYD_QUERY_EMBED_INT8``,
 on by default): a query's vector is only compared with stored ones and ranked relative

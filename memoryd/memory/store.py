@@ -25,6 +25,7 @@ from memoryd.memory import graph, ranking, recall, sessions, timewords, writes
 from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
     Embedder,
+    configured_model,
     embedder_for,
     get_embedder,
     get_query_embedder,
@@ -95,10 +96,17 @@ class MemoryStore:
             self._query_embedder = get_query_embedder()
         return self._query_embedder
 
+    @property
+    def model(self) -> str:
+        """The name of the model new memories are embedded with, without loading it (a
+        process that only recalls needs only the query embedder)."""
+        return (self._embedder.name if self._embedder is not None
+                else configured_model(self.settings))
+
     def embedder_for(self, model: str, *, query: bool = False) -> Embedder:
         """The embedder of memories of ``model`` (``query``: of recall queries compared
         with them): this store's own for its model, else ``embeddings.embedder_for``."""
-        if model == self.embedder.name:
+        if model == self.model:
             return self.query_embedder if query else self.embedder
         return embedder_for(model, query=query)
 
@@ -192,7 +200,7 @@ class MemoryStore:
         ``reembed`` moves them) is searched once per model, each with the query embedded
         by that model, so no two models' vectors meet. Which models an agent has is
         asked only while the store holds several."""
-        own = self.embedder.name
+        own = self.model
         models = ([own] if self.store_models.get(session) == (own,)
                   else recall.agent_models(session, plan.agent_id))
         if not models or models == [own]:
