@@ -378,10 +378,16 @@ def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
     and waiting for its WAL flush at commit bought nothing worth the latency. A crash
     can lose the last fraction of a second of access counts, never a memory. Setting it
     here rather than up front saves a round trip.
+
+    Rows another transaction holds locked (a maintenance job rewriting them) are skipped,
+    not waited for: recall never waits on maintenance, and never deadlocks with a job
+    that updates several of the agent's rows in another order (``reembed``'s batches
+    did); such a memory misses one access count.
     """
     if ids:
         session.execute(statement("""
             UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
-            WHERE agent_id = :agent_id AND id = ANY(:ids)
+            WHERE id IN (SELECT id FROM memories WHERE agent_id = :agent_id
+                         AND id = ANY(:ids) FOR UPDATE SKIP LOCKED)
               AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
         """), {"agent_id": agent_id, "ids": ids})

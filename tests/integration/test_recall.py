@@ -673,3 +673,29 @@ def test_with_the_second_round_a_neighbour_outside_the_first_round_can_be_recall
     found = {h.memory.id: h for h in hits}
     assert answer in found and found[answer].components.context > 0
     assert question not in plain or question in found
+
+
+def test_recall_does_not_wait_for_rows_a_maintenance_job_holds(store: MemoryStore) -> None:
+    """A memory locked by another transaction (a job rewriting it) is returned without
+    waiting; only its access count is skipped, so recall never waits on, or deadlocks
+    with, a job updating the agent's rows."""
+    held, free = (store.store(AGENT, text).id for text in
+                  ("The release train leaves on Thursdays.", "The release notes go out Fridays."))
+    import threading
+
+    found: list[Recalled] = []
+    recalling = threading.Thread(target=lambda: found.extend(
+        store.recall(AGENT, "When does the release go out?", limit=2)))
+    with store.engine.connect() as job:
+        job.execute(text("SELECT 1 FROM memories WHERE id = :id FOR UPDATE"), {"id": held})
+        recalling.start()
+        recalling.join(10)
+        waited = recalling.is_alive()
+        job.rollback()  # lets a waiting recall finish either way
+    recalling.join()
+    assert not waited, "recall waited for the row the job holds"
+    assert {h.memory.id for h in found} == {held, free}
+    with store.session() as session:
+        counts = dict(session.execute(text(
+            "SELECT id, access_count FROM memories WHERE agent_id = :a"), {"a": AGENT}).all())
+    assert counts == {held: 0, free: 1}

@@ -1,11 +1,12 @@
 """The ``reembed`` job: memories embedded by another model than the store's are embedded
 again with the store's, in bounded batches (every agent's, or one agent's).
 
-A batch reads up to ``batch_size`` rows of one other model in (agent, id) order, embeds
-their contents outside any transaction, then writes vectors and model in one statement
-that skips rows edited meanwhile (an edit embeds with the store's model already). The
-position in that order is checkpointed with the batch, so a run resumes where the last
-one stopped and never walks back over the index entries its own updates left behind.
+A batch reads up to ``batch_size`` (at most ``MAX_BATCH``) rows of one other model in
+(agent, id) order, embeds their contents outside any transaction, then writes vectors
+and model in one statement that skips rows edited meanwhile (an edit embeds with the
+store's model already). The position in that order is checkpointed with the batch, so a
+run resumes where the last one stopped and never walks back over the index entries its
+own updates left behind.
 When the walk reaches the end it starts over once, for rows that came back behind it
 (a restored eviction keeps its old model); a run that finds nothing left is complete.
 
@@ -29,6 +30,10 @@ from memoryd.memory.maintenance.params import check_batch_size
 from memoryd.memory.recall import store_models
 
 _START = ("", "00000000-0000-0000-0000-000000000000")  # before every (agent, id)
+# Rows per batch at most, whatever the maintenance batch size: a batch is embedded before
+# the time budget is checked again, and 500 texts take a second or two on two cores
+# where the default 5,000 would take twenty.
+MAX_BATCH = 500
 
 _WRITE = text("""
 UPDATE memories m SET embedding = CAST(v.vector AS vector), embedding_model = :target
@@ -97,7 +102,7 @@ def _batch(ctx: JobContext, position: _Position) -> list[Any]:
               AND (m.agent_id, m.id) > (:agent, CAST(:id AS uuid))
             ORDER BY m.agent_id, m.id LIMIT :batch
         """), {"model": position.model, "agent_id": ctx.agent_id, "agent": position.agent,
-               "id": position.id, "batch": ctx.batch_size}).all())
+               "id": position.id, "batch": min(ctx.batch_size, MAX_BATCH)}).all())
 
 
 def _write(ctx: JobContext, target: str, model: str, batch: Sequence[Any],
