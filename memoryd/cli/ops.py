@@ -89,15 +89,13 @@ def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
 
 def _status(args: argparse.Namespace) -> int:
     from memoryd.memory import dead_letters, reports
-    from memoryd.memory.embeddings import configured_model
-    from memoryd.memory.maintenance.reembed import progress
 
     view = _broker_view()
     store = database.store()
     with store.session() as session:
         runs = reports.last_runs(session)
         dead = dead_letters.count(session)
-        models = progress(session, configured_model(store.settings))
+        models = reports.embedding_progress(session, store.model)
     if args.json:
         print(as_json({**view, "dead_letters": dead, "embeddings": models, "jobs": runs}))
         return 0

@@ -206,9 +206,11 @@ def embedder_for(model: str, *, query: bool = False) -> Embedder:
                           f"load (it knows {', '.join(MODELS)})")
     int8 = model == MINILM_INT8 or (query and settings.query_embed_int8)
     with GLOBALS.lock:
+        # One embedder per rendition serves both roles: a query (one text) runs on its
+        # one-thread session anyway (``MiniLMEmbedder``).
         if int8 not in GLOBALS.other_embedders:
-            GLOBALS.other_embedders[int8] = MiniLMEmbedder(
-                threads=1 if query else settings.embed_threads, int8=int8)
+            GLOBALS.other_embedders[int8] = MiniLMEmbedder(threads=settings.embed_threads,
+                                                           int8=int8)
         return GLOBALS.other_embedders[int8]
 
 

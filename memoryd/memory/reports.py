@@ -1,6 +1,7 @@
-"""Operator reports read from the database: recent maintenance runs and memories per
-agent. Shared by the CLI (``memoryd jobs history``, ``memoryd stats``) and the worker
-tasks behind the gateway's admin endpoints."""
+"""Operator reports read from the database: recent maintenance runs, memories per
+agent, and memories per embedding model. Shared by the CLI (``memoryd jobs history``,
+``memoryd stats``, ``memoryd status``) and the worker tasks behind the gateway's admin
+endpoints."""
 
 from __future__ import annotations
 
@@ -43,3 +44,15 @@ def agent_stats(session: Session, limit: int = 50) -> list[AgentStats]:
         GROUP BY m.agent_id, top.n ORDER BY top.n DESC, m.agent_id
     """), {"n": limit}).mappings()
     return [AgentStats.model_validate(dict(r)) for r in rows]
+
+
+def embedding_progress(session: Session, target: str) -> dict[str, Any]:
+    """How far the store is on ``target``: memories per embedding model, and the share
+    already on ``target`` (``memoryd status``)."""
+    counts = {str(model): int(n) for model, n in session.execute(text(
+        "SELECT embedding_model, count(*) FROM memories GROUP BY embedding_model "
+        "ORDER BY embedding_model")).all()}
+    total = sum(counts.values())
+    done = counts.get(target, 0)
+    return {"model": target, "memories_by_model": counts,
+            "done_percent": round(100.0 * done / total, 1) if total else 100.0}

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.orm import Session
 
 from memoryd.memory import writes
 from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpoint, valid_state
@@ -135,15 +134,3 @@ def _count_others(ctx: JobContext, target: str) -> int:
             SELECT count(*) FROM memories m
             WHERE m.embedding_model <> :target AND {ctx.agent_clause()}
         """), {"target": target, "agent_id": ctx.agent_id}).scalar_one())
-
-
-def progress(session: Session, target: str) -> dict[str, Any]:
-    """How far the store is on ``target``: memories per embedding model, and the share
-    already on ``target`` (``memoryd status``)."""
-    counts = {str(model): int(n) for model, n in session.execute(text(
-        "SELECT embedding_model, count(*) FROM memories GROUP BY embedding_model "
-        "ORDER BY embedding_model")).all()}
-    total = sum(counts.values())
-    done = counts.get(target, 0)
-    return {"model": target, "memories_by_model": counts,
-            "done_percent": round(100.0 * done / total, 1) if total else 100.0}
