@@ -56,14 +56,20 @@ def _session_store(pg_url: str) -> Iterator[object]:
 
 @pytest.fixture
 def store(_session_store: object) -> object:
-    """The migrated store with every table emptied before the test."""
+    """The migrated store with every table emptied, and no per-agent index left, before
+    the test."""
     from sqlalchemy import text
 
+    from memoryd.memory.maintenance.index_agents import existing_indexes
     from memoryd.memory.store import MemoryStore
 
     assert isinstance(_session_store, MemoryStore)
     with _session_store.session() as session:
         session.execute(text(f"TRUNCATE {', '.join(TABLES)}"))
+        # A TRUNCATE leaves the per-agent indexes of agents that are gone (a worker of an
+        # earlier test may have built one): the next index_agents run would drop them.
+        for name in existing_indexes(session.connection()):
+            session.execute(text(f'DROP INDEX "{name}"'))
     _session_store.agent_sizes.clear()
     _session_store.store_models.clear()
     return _session_store
