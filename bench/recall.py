@@ -122,13 +122,12 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
     """Where in-process recall spends its time, each part run alone (recall itself runs
     the keyword query while the query is embedded): embed, size check (and plan),
     keyword query (which also applies a large agent's settings), vector query (merged
-    with the keyword hits), session context, rank, touch, commit."""
+    with the keyword hits, and reading the session context), rank, touch, commit."""
     from memoryd.memory import ranking
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
 
-    names = ("embed", "size_check", "keywords", "candidates", "context", "rank", "touch",
-             "commit")
+    names = ("embed", "size_check", "keywords", "candidates", "rank", "touch", "commit")
     parts: dict[str, list[float]] = {name: [] for name in names}
     for q in progress(qs[:BREAKDOWN_QUERIES], desc=f"breakdown {agent}", unit="query"):
         clock = Timer()
@@ -140,11 +139,9 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
             marks.append(clock.seconds)
             hits = rc.keyword_hits(session, plan)
             marks.append(clock.seconds)
-            found = rc.candidates(session, plan, vector, hits)
+            found = rc.candidates(session, plan, vector, hits, store.model)
             marks.append(clock.seconds)
-            neighbours = rc.session_neighbours(session, agent, found)
-            marks.append(clock.seconds)
-            ranked = ranking.rank(found, neighbours, store.settings, keep=10)
+            ranked = ranking.rank(found, rc.adjacent(found), store.settings, keep=10)
             marks.append(clock.seconds)
             rc.touch(session, agent, [h.memory.id for h in ranked])
             marks.append(clock.seconds)
@@ -159,7 +156,9 @@ def recall_plan(store: Any, session: Any, agent: str, query: str, limit: int = 1
     from memoryd.memory import recall as rc
 
     return rc.plan(session, store.agent_sizes, agent, query, rc.Filters(),
-                   rc.CANDIDATE_FACTOR * limit, ef_search=store.settings.hnsw_ef_search)
+                   rc.CANDIDATE_FACTOR * limit, ef_search=store.settings.hnsw_ef_search,
+                   sessions=rc.sessions_read(store.settings.recall_context_weight,
+                                             store.settings.recall_expand))
 
 
 def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],

@@ -60,14 +60,15 @@ class Settings(BaseSettings):
     weight_confidence: float = Field(0.05, ge=0)
     recall_fusion: Literal["weighted", "rrf"] = "weighted"
     recall_context_weight: float = Field(
-        0.15, ge=0, le=1,
+        0.30, ge=0, le=1,
         description="Share of the best adjacent session message's score a candidate gains")
     recall_expand: int = Field(
-        0, ge=0, le=100, description="the best this many candidates bring their session "
-                                     "neighbours (the messages just before and after) in "
-                                     "as candidates; 0 = off")
+        5, ge=0, le=100, description="the candidates each retriever ranks within the first "
+                                     "this many bring their session neighbours (the "
+                                     "messages just before and after) in as candidates; "
+                                     "0 = off")
     recall_time_boost: float = Field(
-        0.0, ge=0, le=1, description="added to the score of memories created in the period "
+        0.20, ge=0, le=1, description="added to the score of memories created in the period "
                                      "a query names ('in May 2023'); 0 = off")
     recall_exact_threshold: int = Field(
         10_000, ge=0, description="Agents with at most this many memories get exact kNN")

@@ -20,29 +20,30 @@ log = structlog.get_logger(__name__)
 
 
 def rank(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[Any]],
-         settings: Settings, *, keep: int | None = None) -> list[Recalled]:
-    """The candidates best first (ties by id), scored as ``settings`` say; only the first
-    ``keep`` (all if None) become ``Recalled`` objects, which is most of the ranking's
-    cost."""
+         settings: Settings, *, keep: int | None = None,
+         period: tuple[datetime, datetime] | None = None) -> list[Recalled]:
+    """The candidates best first (ties by id), scored as ``settings`` say, memories
+    created in ``period`` (the period the query names) lifted by
+    ``settings.recall_time_boost``; only the first ``keep`` (all if None) become
+    ``Recalled`` objects, which is most of the ranking's cost."""
     parts = scoring.components(found, clock.now())
     own = _own_scores(found, parts, settings)
     final = scoring.with_context(own, neighbours, settings.recall_context_weight)
-    order = sorted(range(len(found)), key=lambda i: (-round(final[found[i].row["id"]][0], 6),
-                                                     str(found[i].row["id"])))
+    scores = [final[c.row["id"]][0] for c in found]
+    if period is not None:
+        start, end = period
+        boost = settings.recall_time_boost
+        scores = [score + boost if start <= c.row["created_at"] < end else score
+                  for c, score in zip(found, scores, strict=True)]
+    names = [str(c.row["id"]) for c in found]
+    order = sorted(range(len(found)), key=lambda i: (-round(scores[i], 6), names[i]))
     hits = []
     for i in order[:keep]:
-        score, context = final[found[i].row["id"]]
+        context = final[found[i].row["id"]][1]
         hits.append(Recalled(
-            memory=to_memory(found[i].row), score=round(score, 6),
+            memory=to_memory(found[i].row), score=round(scores[i], 6),
             components=parts[i].public(round(context, 6))))
     return hits
-
-
-def best(found: Sequence[scoring.Candidate], settings: Settings,
-         n: int) -> list[scoring.Candidate]:
-    """The ``n`` candidates with the best own scores (no context), best first."""
-    own = _own_scores(found, scoring.components(found, clock.now()), settings)
-    return sorted(found, key=lambda c: (-own[c.row["id"]], str(c.row["id"])))[:n]
 
 
 def _own_scores(found: Sequence[scoring.Candidate], parts: Sequence[scoring.Parts],
@@ -53,16 +54,6 @@ def _own_scores(found: Sequence[scoring.Candidate], parts: Sequence[scoring.Part
         return {c.row["id"]: scoring.rrf(c, p, weights) for c, p in zip(found, parts, strict=True)}
     vector = scoring.weight_vector(weights)
     return {c.row["id"]: scoring.weighted(p, vector) for c, p in zip(found, parts, strict=True)}
-
-
-def favour_period(ranked: list[Recalled], period: tuple[datetime, datetime],
-                  boost: float) -> list[Recalled]:
-    """``boost`` added to the score of each memory created in ``period`` (the period the
-    query names), best first again."""
-    start, end = period
-    moved = [h.model_copy(update={"score": round(h.score + boost, 6)})
-             if start <= h.memory.created_at < end else h for h in ranked]
-    return sorted(moved, key=lambda h: (-h.score, str(h.memory.id)))
 
 
 def rerank(query: str, ranked: list[Recalled]) -> list[Recalled]:

@@ -37,11 +37,11 @@ from memoryd.memory.recall_sql import (
     Filters,
     KeywordHit,
     KeywordSearch,
+    Sessions,
     Sql,
     VectorSearch,
     candidate_statement,
     keyword_statement,
-    neighbour_statement,
     settings_statement,
     statement,
     vector_settings,
@@ -49,15 +49,15 @@ from memoryd.memory.recall_sql import (
 from memoryd.memory.scoring import Candidate
 
 __all__ = ["CANDIDATE_FACTOR", "AgentSizeCache", "Filters", "KeywordHit", "QueryEmbedding",
-           "RecallPlan", "StoreModels", "agent_models", "build_plan", "candidates", "execute",
-           "expand", "keyword_hits", "plan", "session_neighbours", "store_models", "touch",
-           "vector_settings"]
+           "RecallPlan", "Sessions", "StoreModels", "adjacent", "agent_models", "build_plan",
+           "candidates", "execute", "keyword_hits", "plan", "sessions_read", "store_models",
+           "touch", "vector_settings"]
 
 CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
 EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
 STORE_MODELS_SECONDS = 5.0
-_CONTEXT_MAX_MESSAGES = 5_000
+CONTEXT_MAX_MESSAGES = 5_000  # longer sessions are not read for context
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ class RecallPlan:
        round trip; or, when the query has no words (no keyword statement),
        ``settings_statement`` applies ``vector_settings`` on its own, if any;
     3. the candidate query (``candidate_statement``), once the query's embedding is
-       ready.
+       ready; with ``sessions``, it also reads the candidates' session positions and
+       brings in the seeds' session neighbours (the second round).
     """
 
     agent_id: str
@@ -88,6 +89,7 @@ class RecallPlan:
     keyword_statement: Sql | None
     settings_statement: Sql | None
     agent_size: int | None = None  # as counted by ``AgentSizeCache``, if it was
+    sessions: Sessions | None = None
 
     def candidate_statement(self, query_vector: str, hits: list[KeywordHit],
                             model: str | None = None) -> Sql:
@@ -95,11 +97,20 @@ class RecallPlan:
         (with ``model``: only memories of that embedding model)."""
         return candidate_statement(self.agent_id, query_vector, hits, self.filters,
                                    self.per_retriever, search=self.vector_search,
-                                   model=model)
+                                   model=model, sessions=self.sessions)
+
+
+def sessions_read(context_weight: float, expand: int) -> Sessions | None:
+    """What recall reads of the candidates' sessions under these settings: nothing when
+    neither the context score nor the second round is on."""
+    if context_weight <= 0 and expand <= 0:
+        return None
+    return Sessions(seeds=expand, max_messages=CONTEXT_MAX_MESSAGES)
 
 
 def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
-         filters: Filters, per_retriever: int, *, ef_search: int) -> RecallPlan:
+         filters: Filters, per_retriever: int, *, ef_search: int,
+         sessions: Sessions | None = None) -> RecallPlan:
     """The plan for the agent's size (counted through ``sizes``): the HNSW search above
     ``sizes.threshold`` memories, the index keyword search above
     ``keywords.KEYWORD_SCAN_MAX``."""
@@ -110,7 +121,7 @@ def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
     return build_plan(agent_id, query, filters, per_retriever,
                       vector_search="hnsw" if large else "exact",
                       keyword_search="index" if size > keywords.KEYWORD_SCAN_MAX else "scan",
-                      ef_search=ef_search, agent_size=size)
+                      ef_search=ef_search, agent_size=size, sessions=sessions)
 
 
 def agent_count(session: Session, agent_id: str, cap: int) -> int:
@@ -130,7 +141,7 @@ def filtered_size(session: Session, agent_id: str, filters: Filters, cap: int) -
 
 def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, *,
                vector_search: VectorSearch, keyword_search: KeywordSearch, ef_search: int,
-               agent_size: int | None = None) -> RecallPlan:
+               agent_size: int | None = None, sessions: Sessions | None = None) -> RecallPlan:
     """The plan for the searches given. ``ef_search`` is raised to ``per_retriever``."""
     settings = vector_settings(vector_search, ef_search=max(ef_search, per_retriever))
     index = keyword_search == "index"
@@ -147,7 +158,7 @@ def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, 
             agent_id, words, filters, per_retriever, search=keyword_search,
             settings_after=after) if words else None,
         settings_statement=None if words else settings_statement(settings),
-        agent_size=agent_size)
+        agent_size=agent_size, sessions=sessions)
 
 
 def keyword_hits(session: Session, recall_plan: RecallPlan) -> list[KeywordHit]:
@@ -168,16 +179,18 @@ def candidates(session: Session, recall_plan: RecallPlan, query_vector: str,
                hits: list[KeywordHit], model: str | None = None) -> list[Candidate]:
     """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
     side's ``hits``, with raw components (after ``keyword_hits``, which applied the
-    settings the vector side needs). With ``model``, only memories of that embedding
-    model, and ``query_vector`` must be that model's."""
+    settings the vector side needs), and with the plan's ``sessions``, the seeds' session
+    neighbours and everyone's session position. With ``model``, only memories of that
+    embedding model, and ``query_vector`` must be that model's."""
     result = recall_plan.candidate_statement(query_vector, hits, model).run(session)
-    return [
-        Candidate(row=row, semantic=float(row["semantic"]),
-                  keyword_raw=float(row["keyword_raw"]),
-                  vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"],
-                  model=model or "")
-        for row in result.mappings().all()
-    ]
+    found: dict[Any, Candidate] = {}
+    for row in result.mappings().all():
+        # A damaged session list can hold an id twice: the first place counts.
+        found.setdefault(row["id"], Candidate(
+            row=row, semantic=float(row["semantic"]), keyword_raw=float(row["keyword_raw"]),
+            vector_rank=row["vector_rank"], keyword_rank=row["keyword_rank"],
+            model=model or "", session_pos=row.get("session_pos")))
+    return list(found.values())
 
 
 # The distinct embedding models of the memories, as a loose scan of the (model, agent,
@@ -311,62 +324,21 @@ class QueryEmbedding:
                 self._pool = None
 
 
-def expand(session: Session, recall_plan: RecallPlan, found: list[Candidate],
-           seeds: list[Candidate], vectors: Mapping[str, str]) -> list[Candidate]:
-    """Recall's second round: the messages just before and after each of ``seeds`` in
-    its session that the first round did not find, as candidates scored against the
-    query vector of their model (``vectors``; no keyword score). A conversation's answer
-    is often the message after the one that matched the question, and shares neither its
-    words nor its meaning; the context score (``session_neighbours``) then lends it part
-    of the matching message's score."""
-    known = [c.row["id"] for c in found]
-    added: list[Candidate] = []
-    for model, vector in vectors.items():
-        picked = [(str(c.row["session_id"]), str(c.row["id"]))
-                  for c in seeds if c.row["session_id"] and c.model == model]
-        if not picked:
-            continue
-        rows = neighbour_statement(recall_plan.agent_id, vector, picked, known,
-                                   recall_plan.filters, model,
-                                   max_messages=_CONTEXT_MAX_MESSAGES).run(session)
-        added += [Candidate(row=row, semantic=float(row["semantic"]), keyword_raw=0.0,
-                            vector_rank=None, keyword_rank=None, model=model)
-                  for row in rows.mappings().all()]
-    return added
-
-
-def session_neighbours(session: Session, agent_id: str,
-                       found: list[Candidate]) -> dict[Any, list[Any]]:
-    """For each candidate, the candidates next to it in its session's message list.
+def adjacent(found: list[Candidate]) -> dict[Any, list[Any]]:
+    """For each candidate, the candidates next to it in its session's message list (by
+    the positions the candidate query read).
 
     A conversation's answer often shares no words with the question it answers (the
     question turn does): adjacency lets the turn that matched lend part of its score to
-    its neighbours (``scoring.with_context``). Only sessions holding two or more
-    candidates are read, and only up to ``_CONTEXT_MAX_MESSAGES`` messages long (longer
-    ones are skipped rather than unnested on every recall).
+    its neighbours (``scoring.with_context``).
     """
-    by_session: dict[str, list[str]] = {}
-    for c in found:
-        if c.row["session_id"]:
-            by_session.setdefault(str(c.row["session_id"]), []).append(str(c.row["id"]))
-    shared = {sid: ids for sid, ids in by_session.items() if len(ids) > 1}
-    if not shared:
-        return {}
-    rows = session.execute(statement("""
-        SELECT s.session_id, e.msg ->> 'id' AS id, e.pos
-        FROM sessions s
-        CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
-        WHERE s.agent_id = :agent_id AND s.session_id = ANY(:sids)
-          AND s.message_count <= :cap AND e.msg ->> 'id' = ANY(:ids)
-    """), {"agent_id": agent_id, "sids": list(shared), "cap": _CONTEXT_MAX_MESSAGES,
-           "ids": [i for ids in shared.values() for i in ids]}).all()
-    at = {(r.session_id, int(r.pos)): r.id for r in rows}
-    ids = {str(c.row["id"]): c.row["id"] for c in found}
+    at = {(str(c.row["session_id"]), c.session_pos): c.row["id"]
+          for c in found if c.session_pos is not None}
     neighbours: dict[Any, list[Any]] = {}
     for (sid, pos), mid in at.items():
         near = [at[(sid, p)] for p in (pos - 1, pos + 1) if (sid, p) in at]
-        if near and mid in ids:
-            neighbours[ids[mid]] = [ids[n] for n in near if n in ids]
+        if near:
+            neighbours[mid] = near
     return neighbours
 
 

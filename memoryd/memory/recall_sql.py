@@ -175,35 +175,97 @@ def _keyword_text(where: str, search: KeywordSearch, settings_count: int) -> str
 # --- the candidate query -----------------------------------------------------------
 def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit],
                         filters: Filters, per_retriever: int, *,
-                        search: VectorSearch, model: str | None = None) -> Sql:
+                        search: VectorSearch, model: str | None = None,
+                        sessions: Sessions | None = None) -> Sql:
     """The vector side's rows, then the keyword side's ``hits`` it did not find (their
     rows looked up by id). The vector side's rows come straight from its scan, not
     looked up again. Needs ``vector_settings`` applied first. With ``model``, only
-    memories embedded by that model (``query_vector`` is that model's), both sides."""
+    memories embedded by that model (``query_vector`` is that model's), both sides.
+
+    With ``sessions``, the same statement also reads the candidates' places in their
+    sessions' message lists (``session_pos``, for the context score) and brings in the
+    session neighbours of the seeds (``Sessions.seeds``), the second round, so neither
+    costs a round trip of its own."""
     params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever,
               "kw_ids": [h.id for h in hits], "kw_ranks": [h.rank for h in hits],
               "kw_pos": [h.pos for h in hits], "embedding_model": model, **filters.params()}
-    return Sql(_candidate_text(filters.sql(), search, model is not None), params)
+    if sessions is not None:
+        params |= {"seeds": sessions.seeds, "cap": sessions.max_messages}
+    return Sql(_candidate_text(filters.sql(), search, model is not None, sessions is not None),
+               params)
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """What the candidate query reads of the candidates' sessions: their places in the
+    message lists, and the neighbours of the candidates the vector or the keyword side
+    ranked within the first ``seeds`` (0: none). Sessions longer than ``max_messages``
+    are skipped rather than unnested on every recall."""
+
+    seeds: int
+    max_messages: int
+
+
+# A message id is checked for a uuid's shape before the cast: session lists are repaired
+# by maintenance, and a damaged entry must not fail a recall.
+_UUID_SHAPE = "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'"
 
 
 @lru_cache(maxsize=64)
-def _candidate_text(where: str, search: VectorSearch, one_model: bool = False) -> str:
+def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
+                    sessions: bool = False) -> str:
     same_model = "m.embedding_model = :embedding_model"
     if one_model:
         where = f"{where} AND {same_model}"
     vec = _hnsw_vector_cte(where) if search == "hnsw" else _exact_vector_cte(where)
-    return f"""
-        WITH {vec},
-        kw AS (
-            SELECT * FROM unnest(CAST(:kw_ids AS uuid[]), CAST(:kw_ranks AS float8[]),
-                                 CAST(:kw_pos AS bigint[])) AS k(id, rank, pos))
+    first = f"""
         SELECT {select_list("v")}, 1 - v.dist AS semantic, coalesce(kw.rank, 0) AS keyword_raw,
                v.pos AS vector_rank, kw.pos AS keyword_rank
         FROM vec v LEFT JOIN kw ON kw.id = v.id
         UNION ALL
         SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), kw.rank, NULL, kw.pos
         FROM kw JOIN memories m ON m.id = kw.id AND m.agent_id = :agent_id
-        WHERE kw.id NOT IN (SELECT id FROM vec){f" AND {same_model}" if one_model else ""}
+        WHERE kw.id NOT IN (SELECT id FROM vec){f" AND {same_model}" if one_model else ""}"""
+    ctes = f"""{vec},
+        kw AS (
+            SELECT * FROM unnest(CAST(:kw_ids AS uuid[]), CAST(:kw_ranks AS float8[]),
+                                 CAST(:kw_pos AS bigint[])) AS k(id, rank, pos))"""
+    if not sessions:
+        return f"WITH {ctes} {first}"
+    return f"""
+        WITH {ctes},
+        cand AS MATERIALIZED ({first}),
+        seeds AS (
+            SELECT CAST(id AS text) AS id FROM cand
+            WHERE session_id IS NOT NULL AND (vector_rank <= :seeds OR keyword_rank <= :seeds)),
+        msgs AS MATERIALIZED (
+            SELECT s.session_id, e.pos, e.msg ->> 'id' AS id,
+                   CASE WHEN e.msg ->> 'id' IN (SELECT id FROM seeds) THEN ARRAY[
+                       CASE WHEN e.pos > 1 THEN s.messages -> CAST(e.pos - 2 AS int) ->> 'id' END,
+                       s.messages -> CAST(e.pos AS int) ->> 'id'] END AS near
+            FROM sessions s
+            CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
+            WHERE s.agent_id = :agent_id AND s.message_count <= :cap
+              AND s.session_id IN (
+                  SELECT session_id FROM cand WHERE session_id IS NOT NULL
+                  GROUP BY session_id
+                  HAVING count(*) > 1 OR bool_or(CAST(id AS text) IN (SELECT id FROM seeds)))
+              AND e.msg ->> 'id' IN (SELECT CAST(id AS text) FROM cand)),
+        near AS (
+            SELECT DISTINCT ON (n.id) CAST(n.id AS uuid) AS id, msgs.pos + n.step AS pos
+            FROM msgs
+            CROSS JOIN LATERAL (VALUES (msgs.near[1], -1), (msgs.near[2], 1)) AS n(id, step)
+            WHERE msgs.near IS NOT NULL AND n.id ~ {_UUID_SHAPE}
+              AND n.id NOT IN (SELECT CAST(id AS text) FROM cand)
+            ORDER BY n.id, n.step)
+        SELECT cand.*, msgs.pos AS session_pos
+        FROM cand LEFT JOIN msgs ON msgs.id = CAST(cand.id AS text)
+                                AND msgs.session_id = cand.session_id
+        UNION ALL
+        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), 0, NULL, NULL,
+               near.pos
+        FROM near JOIN memories m ON m.id = near.id
+        WHERE m.agent_id = :agent_id AND {where}
     """
 
 
@@ -223,43 +285,3 @@ def _exact_vector_cte(where: str) -> str:
             FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
                   FROM memories m WHERE m.agent_id = :agent_id AND {where}
                   ORDER BY dist, m.id LIMIT :k) v)"""
-
-
-# --- the neighbour query -------------------------------------------------------------
-# A message id is checked for a uuid's shape before the cast: session lists are repaired
-# by maintenance, and a damaged entry must not fail a recall.
-_UUID_SHAPE = "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'"
-
-
-def neighbour_statement(agent_id: str, query_vector: str, seeds: list[tuple[str, str]],
-                        known: list[Any], filters: Filters, model: str, *,
-                        max_messages: int) -> Sql:
-    """The messages just before and after each seed (session id, memory id) in its
-    session's list, except ``known`` memories, as candidate rows of ``model`` (their
-    cosine to ``query_vector``, no keyword score). Sessions longer than ``max_messages``
-    are skipped, as ``recall.session_neighbours`` does."""
-    params = {"agent_id": agent_id, "qv": query_vector, "embedding_model": model,
-              "sids": sorted({sid for sid, _ in seeds}), "ids": [mid for _, mid in seeds],
-              "known": known, "cap": max_messages, **filters.params()}
-    return Sql(_neighbour_text(filters.sql()), params)
-
-
-@lru_cache(maxsize=64)
-def _neighbour_text(where: str) -> str:
-    return f"""
-        WITH seeds AS (
-            SELECT s.messages, e.pos FROM sessions s
-            CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
-            WHERE s.agent_id = :agent_id AND s.session_id = ANY(:sids)
-              AND s.message_count <= :cap AND e.msg ->> 'id' = ANY(:ids)),
-        near AS (
-            SELECT DISTINCT seeds.messages -> CAST(seeds.pos - 1 + d.step AS int) ->> 'id' AS id
-            FROM seeds CROSS JOIN (VALUES (-1), (1)) AS d(step)
-            WHERE seeds.pos - 1 + d.step >= 0)
-        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)) AS semantic
-        FROM memories m
-        WHERE m.id = ANY(ARRAY(SELECT CAST(near.id AS uuid) FROM near
-                               WHERE near.id ~ {_UUID_SHAPE}))
-          AND m.agent_id = :agent_id AND m.embedding_model = :embedding_model
-          AND m.id <> ALL(CAST(:known AS uuid[])) AND {where}
-    """

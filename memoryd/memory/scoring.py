@@ -27,6 +27,7 @@ class Candidate:
     vector_rank: int | None  # 1-based rank among vector candidates
     keyword_rank: int | None
     model: str = ""  # the embedding model ``semantic`` comes from, when an agent has two
+    session_pos: int | None = None  # 1-based place in its session's message list, if read
 
 
 class Parts(NamedTuple):

@@ -171,21 +171,18 @@ class MemoryStore:
         pending = self.query_embedding.soon(text_query)
         with self.session() as session:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
-                               CANDIDATE_FACTOR * limit, ef_search=self.settings.hnsw_ef_search)
-            found, vectors = self._candidates(session, plan, text_query, pending)
-            if self.settings.recall_expand and found:
-                seeds = ranking.best(found, self.settings, self.settings.recall_expand)
-                found += recall.expand(session, plan, found, seeds, vectors)
+                               CANDIDATE_FACTOR * limit, ef_search=self.settings.hnsw_ef_search,
+                               sessions=recall.sessions_read(self.settings.recall_context_weight,
+                                                             self.settings.recall_expand))
+            found = self._candidates(session, plan, text_query, pending)
             if plan.agent_size is not None:
                 self.index_watch.notice(session, agent, plan.agent_size)
-            neighbours = (recall.session_neighbours(session, agent, found)
+            neighbours = (recall.adjacent(found)
                           if self.settings.recall_context_weight > 0 else {})
             period = (timewords.named_period(text_query)
                       if self.settings.recall_time_boost else None)
             ranked = ranking.rank(found, neighbours, self.settings,
-                                  keep=None if mode == "deep" or period else limit)
-            if period is not None:
-                ranked = ranking.favour_period(ranked, period, self.settings.recall_time_boost)
+                                  keep=None if mode == "deep" else limit, period=period)
             if mode == "deep":
                 ranked = ranking.rerank(text_query, ranked)
             ranked = ranked[:limit]
@@ -193,8 +190,8 @@ class MemoryStore:
         return ranked
 
     def _candidates(self, session: Session, plan: RecallPlan, query: str, pending: Future[str]
-                    ) -> tuple[builtins.list[Candidate], dict[str, str]]:
-        """The plan's candidates, and the query's vector for each model searched. An
+                    ) -> builtins.list[Candidate]:
+        """The plan's candidates, searched with the query's vector of each model. An
         agent whose memories all come from this store's model (the usual case) is
         searched with ``pending``; one whose memories come from other models (while
         ``reembed`` moves them) is searched once per model, each with the query embedded
@@ -204,7 +201,7 @@ class MemoryStore:
         models = ([own] if self.store_models.get(session) == (own,)
                   else recall.agent_models(session, plan.agent_id))
         if not models or models == [own]:
-            return recall.execute(session, plan, pending, own), {own: pending.result()}
+            return recall.execute(session, plan, pending, own)
         hits = recall.keyword_hits(session, plan)
         found: builtins.list[Candidate] = []
         vectors = {model: pending.result() if model == own else
@@ -212,7 +209,7 @@ class MemoryStore:
                    for model in models}
         for model, vector in vectors.items():
             found += recall.candidates(session, plan, vector, hits, model)
-        return found, vectors
+        return found
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)

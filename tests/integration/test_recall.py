@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from memoryd.config import override_settings
 from memoryd.memory import recall as rc
+from memoryd.memory.scoring import Candidate
 from memoryd.memory.store import MemoryStore
 from memoryd.types import Recalled
 
@@ -590,6 +591,34 @@ def test_a_recall_takes_one_round_trip_per_step(store: MemoryStore,
     assert sent == expected
 
 
+def test_session_context_and_the_second_round_cost_no_round_trip_of_their_own(
+        store: MemoryStore, pg_url: str) -> None:
+    """Conversation turns, the context score and the second round on: still the keyword
+    query, the candidate query and the access bump, nothing else."""
+    from sqlalchemy import event
+
+    for turn in ("Caroline: What did you adopt from the shelter?", "Melanie: A greyhound.",
+                 "Caroline: Lovely!", "Melanie: He is called Max."):
+        store.store(AGENT, turn, session_id="chat-1")
+    sent: list[str] = []
+
+    def remember(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append("keyword" if "FROM kw" in statement and "unnest(CAST" not in statement
+                    else "candidates" if "unnest(CAST" in statement
+                    else "touch" if "access_count" in statement else statement)
+
+    with override_settings(recall_expand="5", recall_context_weight="0.3"):
+        expanding = MemoryStore(pg_url, embedder=store.embedder)
+    try:
+        expanding.recall(AGENT, "What did Melanie adopt?", limit=3)  # counts the agent
+        event.listen(expanding.engine, "before_cursor_execute", remember)
+        hits = expanding.recall(AGENT, "What did Melanie adopt?", limit=3)
+    finally:
+        expanding.engine.dispose()
+    assert sent == ["keyword", "candidates", "touch"]
+    assert any(h.components.context > 0 for h in hits)
+
+
 def test_the_plan_follows_the_agent_size(store: MemoryStore,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Small agents: exact vector search and a scan of their rows, no settings; above
@@ -614,38 +643,58 @@ def test_the_plan_follows_the_agent_size(store: MemoryStore,
     assert "kw_found" in indexed.keyword_statement.text
 
 
-def test_the_second_round_brings_in_the_session_neighbours_of_the_best_candidates(
+def _second_round(store: MemoryStore, query: str, per_retriever: int,
+                  seeds: int) -> list[Candidate]:
+    """The candidate query of ``store.recall`` for ``query``, with ``per_retriever``
+    candidates per retriever and the second round seeded by each retriever's first
+    ``seeds``."""
+    with store.session() as session:
+        plan = rc.plan(session, store.agent_sizes, AGENT, query, rc.Filters(), per_retriever,
+                       ef_search=100, sessions=rc.Sessions(seeds=seeds, max_messages=5000))
+        return store._candidates(session, plan, query, store.query_embedding.soon(query))
+
+
+def test_the_second_round_brings_in_the_session_neighbours_of_the_retrievers_best(
         store: MemoryStore) -> None:
-    """``recall.expand``: the messages just before and after each seed in its session
-    list, unless already found, archived, or another agent's, as candidates with their
-    cosine to the query and no keyword score."""
-    turns = ["Caroline: What did you adopt from the shelter last month?",
-             "Melanie: A three year old greyhound named Max.",
-             "Caroline: The weather at the beach was lovely.",
+    """The candidate query's second round: the messages just before and after each seed
+    (a candidate one of the retrievers ranked within the first ``seeds``) in its
+    session's list, unless already found, archived, or another agent's, as candidates
+    with their cosine to the query, no keyword score and their place in the session."""
+    asked = ["Caroline: What did you adopt from the shelter last month?",
+             "Melanie: A three year old greyhound named Max."]
+    beach = ["Caroline: Did you adopt anything at the shelter by the beach?",
              "Melanie: We should go again in July."]
-    ids = [store.store(AGENT, turn, session_id="chat-1").id for turn in turns]
+    ids = [store.store(AGENT, turn, session_id="chat-1").id for turn in asked]
+    ids += [store.store(AGENT, turn, session_id="chat-2").id for turn in beach]
     store.store("agent-other", "Someone else's message.", session_id="chat-1")
-    with store.session() as session:
-        session.execute(text("UPDATE memories SET archived_at = now() WHERE id = :id"),
-                        {"id": ids[3]})
-    query = "What did Melanie adopt?"
+    _set(store, "UPDATE memories SET archived_at = now() WHERE id = :id", id=ids[3])
+    query = "What did you adopt from the shelter?"
     vector = store.query_embedder.embed([query])[0]
-    with store.session() as session:
-        plan = rc.plan(session, store.agent_sizes, AGENT, query, rc.Filters(), 30,
-                       ef_search=100)
-        found, vectors = store._candidates(session, plan, query,
-                                           store.query_embedding.soon(query))
-        by_id = {c.row["id"]: c for c in found}
-        seeds = [by_id[ids[0]], by_id[ids[2]]]
-        first = [by_id[ids[0]]]  # what the first round found, in this test
-        added = rc.expand(session, plan, first, seeds, vectors)
-    assert sorted(str(c.row["id"]) for c in added) == [str(ids[1])]  # not 3: archived
-    (neighbour,) = added
-    stored = store.embedder.embed([turns[1]])[0]
-    assert neighbour.semantic == pytest.approx(float(stored @ vector), abs=1e-4)
-    assert (neighbour.keyword_raw, neighbour.vector_rank, neighbour.keyword_rank) == \
-        (0.0, None, None)
-    assert neighbour.model == store.embedder.name
+
+    found = {c.row["id"]: c for c in _second_round(store, query, per_retriever=2, seeds=2)}
+    assert set(found) == {ids[0], ids[1], ids[2]}  # not 3: archived
+    answer = found[ids[1]]
+    assert (answer.keyword_raw, answer.vector_rank, answer.keyword_rank) == (0.0, None, None)
+    stored = store.embedder.embed([asked[1]])[0]
+    assert answer.semantic == pytest.approx(float(stored @ vector), abs=1e-4)
+    assert answer.model == store.embedder.name
+    assert [found[i].session_pos for i in ids[:3]] == [1, 2, 1]
+    without = {c.row["id"] for c in _second_round(store, query, per_retriever=2, seeds=0)}
+    assert without == {ids[0], ids[2]}
+
+
+def test_a_damaged_session_list_does_not_fail_a_recall(store: MemoryStore,
+                                                       pg_url: str) -> None:
+    """A session list entry that is not a memory id (maintenance repairs such lists
+    later) next to a seed is passed over, not cast and failed on."""
+    first = store.store(AGENT, "Caroline: What did you adopt from the shelter?",
+                        session_id="chat-1").id
+    _set(store, "UPDATE sessions SET messages = jsonb_build_array("
+                "jsonb_build_object('id', 'not-a-uuid')) || messages "
+                "|| jsonb_build_array(jsonb_build_object('id', 42)) WHERE agent_id = :a",
+         a=AGENT)
+    found = _second_round(store, "What did you adopt from the shelter?", 5, seeds=5)
+    assert [(c.row["id"], c.session_pos) for c in found] == [(first, 2)]
 
 
 def test_with_the_second_round_a_neighbour_outside_the_first_round_can_be_recalled(
@@ -662,7 +711,12 @@ def test_with_the_second_round_a_neighbour_outside_the_first_round_can_be_recall
     answer = store.store(AGENT, "A three year old greyhound named Max.",
                          session_id="chat-1").id
     query = "What did Melanie adopt from the shelter?"
-    plain = [h.memory.id for h in store.recall(AGENT, query, limit=2)]
+    with override_settings(recall_expand="0"):
+        first_round = MemoryStore(pg_url, embedder=store.embedder)
+    try:
+        plain = [h.memory.id for h in first_round.recall(AGENT, query, limit=2)]
+    finally:
+        first_round.engine.dispose()
     assert answer not in plain
     with override_settings(recall_expand="5", recall_context_weight="1"):
         expanding = MemoryStore(pg_url, embedder=store.embedder)
