@@ -54,11 +54,12 @@ GRID: dict[str, dict[str, Any]] = {
     "rrf fusion": {"recall_fusion": "rrf"},
     "context 0.15": {"recall_context_weight": 0.15},
     "context 0.45": {"recall_context_weight": 0.45},
+    "context 0.60": {"recall_context_weight": 0.60},
+    "context 0.75": {"recall_context_weight": 0.75},
     "no time boost": {"recall_time_boost": 0.0},
     "expand 0 (no second round)": {"recall_expand": 0},
     "expand 3": {"recall_expand": 3},
     "expand 10": {"recall_expand": 10},
-    "expand 10, context 0.45": {"recall_expand": 10, "recall_context_weight": 0.45},
 }
 
 

@@ -48,16 +48,22 @@ from memoryd.memory.recall_sql import (
 )
 from memoryd.memory.scoring import Candidate
 
-__all__ = ["CANDIDATE_FACTOR", "AgentSizeCache", "Filters", "KeywordHit", "QueryEmbedding",
-           "RecallPlan", "Sessions", "StoreModels", "adjacent", "agent_models", "build_plan",
-           "candidates", "execute", "keyword_hits", "plan", "sessions_read", "store_models",
-           "touch", "vector_settings"]
+__all__ = ["CANDIDATE_FACTOR", "CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
+           "KeywordHit", "QueryEmbedding", "RecallPlan", "Sessions", "StoreModels", "adjacent",
+           "agent_models", "build_plan", "candidates", "execute", "keyword_hits", "plan",
+           "sessions_read", "store_models", "touch", "vector_settings"]
 
 CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
 EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
 STORE_MODELS_SECONDS = 5.0
 CONTEXT_MAX_MESSAGES = 5_000  # longer sessions are not read for context
+# Chosen by the LoCoMo cross-validation (bench/README.md): a candidate's context score
+# comes from the candidates up to CONTEXT_REACH places from it in its session (an answer
+# is often the reply to a reply); the second round brings in the messages up to
+# EXPAND_REACH places from its seeds (reaching 2 there found no more answers, and cost).
+CONTEXT_REACH = 2
+EXPAND_REACH = 1
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ def sessions_read(context_weight: float, expand: int) -> Sessions | None:
     neither the context score nor the second round is on."""
     if context_weight <= 0 and expand <= 0:
         return None
-    return Sessions(seeds=expand, max_messages=CONTEXT_MAX_MESSAGES)
+    return Sessions(seeds=expand, reach=EXPAND_REACH, max_messages=CONTEXT_MAX_MESSAGES)
 
 
 def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
@@ -324,9 +330,9 @@ class QueryEmbedding:
                 self._pool = None
 
 
-def adjacent(found: list[Candidate]) -> dict[Any, list[Any]]:
-    """For each candidate, the candidates next to it in its session's message list (by
-    the positions the candidate query read).
+def adjacent(found: list[Candidate], reach: int = CONTEXT_REACH) -> dict[Any, list[Any]]:
+    """For each candidate, the candidates within ``reach`` places of it in its session's
+    message list (by the positions the candidate query read).
 
     A conversation's answer often shares no words with the question it answers (the
     question turn does): adjacency lets the turn that matched lend part of its score to
@@ -336,7 +342,8 @@ def adjacent(found: list[Candidate]) -> dict[Any, list[Any]]:
           for c in found if c.session_pos is not None}
     neighbours: dict[Any, list[Any]] = {}
     for (sid, pos), mid in at.items():
-        near = [at[(sid, p)] for p in (pos - 1, pos + 1) if (sid, p) in at]
+        near = [at[(sid, pos + step)] for step in range(-reach, reach + 1)
+                if step and (sid, pos + step) in at]
         if near:
             neighbours[mid] = near
     return neighbours

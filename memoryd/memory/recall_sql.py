@@ -190,7 +190,8 @@ def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit]
               "kw_ids": [h.id for h in hits], "kw_ranks": [h.rank for h in hits],
               "kw_pos": [h.pos for h in hits], "embedding_model": model, **filters.params()}
     if sessions is not None:
-        params |= {"seeds": sessions.seeds, "cap": sessions.max_messages}
+        params |= {"seeds": sessions.seeds, "reach": sessions.reach,
+                   "cap": sessions.max_messages}
     return Sql(_candidate_text(filters.sql(), search, model is not None, sessions is not None),
                params)
 
@@ -198,11 +199,12 @@ def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit]
 @dataclass(frozen=True)
 class Sessions:
     """What the candidate query reads of the candidates' sessions: their places in the
-    message lists, and the neighbours of the candidates the vector or the keyword side
-    ranked within the first ``seeds`` (0: none). Sessions longer than ``max_messages``
-    are skipped rather than unnested on every recall."""
+    message lists, and the messages within ``reach`` places of each candidate the vector
+    or the keyword side ranked within the first ``seeds`` (0: none). Sessions longer than
+    ``max_messages`` are skipped rather than unnested on every recall."""
 
     seeds: int
+    reach: int
     max_messages: int
 
 
@@ -240,9 +242,11 @@ def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
             WHERE session_id IS NOT NULL AND (vector_rank <= :seeds OR keyword_rank <= :seeds)),
         msgs AS MATERIALIZED (
             SELECT s.session_id, e.pos, e.msg ->> 'id' AS id,
-                   CASE WHEN e.msg ->> 'id' IN (SELECT id FROM seeds) THEN ARRAY[
-                       CASE WHEN e.pos > 1 THEN s.messages -> CAST(e.pos - 2 AS int) ->> 'id' END,
-                       s.messages -> CAST(e.pos AS int) ->> 'id'] END AS near
+                   CASE WHEN e.msg ->> 'id' IN (SELECT id FROM seeds) THEN ARRAY(
+                       SELECT CASE WHEN e.pos - 1 + d >= 0
+                                   THEN s.messages -> CAST(e.pos - 1 + d AS int) ->> 'id' END
+                       FROM generate_series(-CAST(:reach AS int), CAST(:reach AS int)) AS d
+                       ORDER BY d) END AS near
             FROM sessions s
             CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
             WHERE s.agent_id = :agent_id AND s.message_count <= :cap
@@ -252,12 +256,11 @@ def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
                   HAVING count(*) > 1 OR bool_or(CAST(id AS text) IN (SELECT id FROM seeds)))
               AND e.msg ->> 'id' IN (SELECT CAST(id AS text) FROM cand)),
         near AS (
-            SELECT DISTINCT ON (n.id) CAST(n.id AS uuid) AS id, msgs.pos + n.step AS pos
-            FROM msgs
-            CROSS JOIN LATERAL (VALUES (msgs.near[1], -1), (msgs.near[2], 1)) AS n(id, step)
-            WHERE msgs.near IS NOT NULL AND n.id ~ {_UUID_SHAPE}
-              AND n.id NOT IN (SELECT CAST(id AS text) FROM cand)
-            ORDER BY n.id, n.step)
+            SELECT DISTINCT ON (n.id) CAST(n.id AS uuid) AS id,
+                   msgs.pos + n.i - 1 - CAST(:reach AS int) AS pos
+            FROM msgs CROSS JOIN LATERAL unnest(msgs.near) WITH ORDINALITY AS n(id, i)
+            WHERE n.id ~ {_UUID_SHAPE} AND n.id NOT IN (SELECT CAST(id AS text) FROM cand)
+            ORDER BY n.id)
         SELECT cand.*, msgs.pos AS session_pos
         FROM cand LEFT JOIN msgs ON msgs.id = CAST(cand.id AS text)
                                 AND msgs.session_id = cand.session_id

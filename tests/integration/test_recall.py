@@ -364,10 +364,13 @@ def test_prefix_matches_only_when_no_memory_holds_the_stem(store: MemoryStore) -
 def test_adjacent_session_messages_lend_part_of_their_score(store: MemoryStore,
                                                             pg_url: str) -> None:
     """A turn that matches lends ``recall_context_weight`` x its own score to the turns
-    next to it in the same session (an answer rarely repeats the question's words)."""
+    within ``CONTEXT_REACH`` places of it in the same session (an answer rarely repeats
+    the question's words); farther turns lend nothing."""
+    assert rc.CONTEXT_REACH == 2
     turns = ["Caroline: What did you adopt from the shelter last month?",
              "Melanie: A three year old greyhound named Max.",
-             "Caroline: The weather at the beach was lovely."]
+             "Caroline: The weather at the beach was lovely.",
+             "Melanie: We should take the kids there in July."]
     for turn in turns:
         store.store(AGENT, turn, session_id="chat-1")
     store.store(AGENT, "Melanie: My sister adopted a cat from the shelter.")
@@ -375,21 +378,22 @@ def test_adjacent_session_messages_lend_part_of_their_score(store: MemoryStore,
                 session_id="chat-1")
     query = "What did Melanie adopt from the shelter last month?"
 
-    hits = {h.content: h for h in store.recall(AGENT, query, limit=4)}
+    hits = {h.content: h for h in store.recall(AGENT, query, limit=5)}
     own = {c: _weighted(h) for c, h in hits.items()}
     weight = store.settings.recall_context_weight
     for hit in hits.values():
         assert hit.score == pytest.approx(own[hit.content] + weight * hit.components.context,
                                           abs=1e-5)
-    assert hits[turns[1]].components.context == pytest.approx(
-        max(own[turns[0]], own[turns[2]]), abs=1e-5)
-    assert hits[turns[2]].components.context == pytest.approx(own[turns[1]], abs=1e-5)
+    for i, turn in enumerate(turns):
+        near = [own[other] for j, other in enumerate(turns) if 0 < abs(i - j) <= 2]
+        assert hits[turn].components.context == pytest.approx(max(near), abs=1e-5)
+    assert own[turns[0]] > own[turns[1]]  # so turn 3 gains less than turns 1 and 2 do
     assert hits["Melanie: My sister adopted a cat from the shelter."].components.context == 0.0
 
     with override_settings(recall_context_weight="0"):
         plain = MemoryStore(pg_url)
         try:
-            for hit in plain.recall(AGENT, query, limit=4):
+            for hit in plain.recall(AGENT, query, limit=5):
                 assert hit.components.context == 0.0
                 assert hit.score == pytest.approx(_weighted(hit), abs=1e-5)
         finally:
@@ -643,14 +647,15 @@ def test_the_plan_follows_the_agent_size(store: MemoryStore,
     assert "kw_found" in indexed.keyword_statement.text
 
 
-def _second_round(store: MemoryStore, query: str, per_retriever: int,
-                  seeds: int) -> list[Candidate]:
+def _second_round(store: MemoryStore, query: str, per_retriever: int, seeds: int,
+                  reach: int = 1) -> list[Candidate]:
     """The candidate query of ``store.recall`` for ``query``, with ``per_retriever``
     candidates per retriever and the second round seeded by each retriever's first
-    ``seeds``."""
+    ``seeds``, bringing in the messages within ``reach`` places of them."""
     with store.session() as session:
         plan = rc.plan(session, store.agent_sizes, AGENT, query, rc.Filters(), per_retriever,
-                       ef_search=100, sessions=rc.Sessions(seeds=seeds, max_messages=5000))
+                       ef_search=100,
+                       sessions=rc.Sessions(seeds=seeds, reach=reach, max_messages=5000))
         return store._candidates(session, plan, query, store.query_embedding.soon(query))
 
 
@@ -695,6 +700,20 @@ def test_a_damaged_session_list_does_not_fail_a_recall(store: MemoryStore,
          a=AGENT)
     found = _second_round(store, "What did you adopt from the shelter?", 5, seeds=5)
     assert [(c.row["id"], c.session_pos) for c in found] == [(first, 2)]
+
+
+def test_the_second_round_reaches_as_far_as_it_is_told(store: MemoryStore) -> None:
+    """With reach 2 the two messages on each side of a seed come in, with their places;
+    the third does not."""
+    turns = ["Melanie: We painted the lake last weekend.",
+             "Caroline: Which one?", "Melanie: The one near the cabin.",
+             "Caroline: What did you adopt from the shelter?",
+             "Melanie: Nothing yet.", "Caroline: Oh.", "Melanie: Maybe next spring."]
+    ids = [store.store(AGENT, turn, session_id="chat-1").id for turn in turns]
+    found = {c.row["id"]: c.session_pos
+             for c in _second_round(store, "What did you adopt from the shelter?", 1,
+                                    seeds=1, reach=2)}
+    assert found == {ids[i]: i + 1 for i in range(1, 6)}
 
 
 def test_with_the_second_round_a_neighbour_outside_the_first_round_can_be_recalled(
