@@ -122,7 +122,8 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
     """Where in-process recall spends its time, each part run alone (recall itself runs
     the keyword query while the query is embedded): embed, size check (and plan),
     keyword query (which also applies a large agent's settings), vector query (merged
-    with the keyword hits, and reading the session context), rank, touch, commit."""
+    with the keyword hits, and reading the session context), rank, touch (reading the
+    hits' whole rows, and building them), commit."""
     from memoryd.memory import ranking
     from memoryd.memory import recall as rc
     from memoryd.memory.embeddings import to_pgvector
@@ -141,9 +142,9 @@ def measure_breakdown(store: Any, agent: str, qs: Sequence[str]) -> dict[str, An
             marks.append(clock.seconds)
             found = rc.candidates(session, plan, vector, hits, store.model)
             marks.append(clock.seconds)
-            ranked = ranking.rank(found, rc.adjacent(found), store.settings, keep=10)
+            scored = ranking.order(found, rc.adjacent(found), store.settings)[:10]
             marks.append(clock.seconds)
-            rc.touch(session, agent, [h.memory.id for h in ranked])
+            ranking.hits(scored, rc.touch(session, agent, [s.id for s in scored]))
             marks.append(clock.seconds)
         marks.append(clock.seconds)
         for name, start, end in zip(names, marks[:-1], marks[1:], strict=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -19,31 +19,41 @@ from memoryd.types import Recalled
 log = structlog.get_logger(__name__)
 
 
-def rank(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[Any]],
-         settings: Settings, *, keep: int | None = None,
-         period: tuple[datetime, datetime] | None = None) -> list[Recalled]:
+class Scored(NamedTuple):
+    """A candidate's place in the ranking: its id, final score and components."""
+
+    id: Any
+    score: float
+    parts: scoring.Parts
+    context: float
+
+
+def order(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[Any]],
+          settings: Settings, *, period: tuple[datetime, datetime] | None = None
+          ) -> list[Scored]:
     """The candidates best first (ties by id), scored as ``settings`` say, memories
     created in ``period`` (the period the query names) lifted by
-    ``settings.recall_time_boost``; only the first ``keep`` (all if None) become
-    ``Recalled`` objects, which is most of the ranking's cost."""
+    ``settings.recall_time_boost``."""
     parts = scoring.components(found, clock.now())
     own = _own_scores(found, parts, settings)
     final = scoring.with_context(own, neighbours, settings.recall_context_weight)
-    scores = [final[c.row["id"]][0] for c in found]
-    if period is not None:
-        start, end = period
-        boost = settings.recall_time_boost
-        scores = [score + boost if start <= c.row["created_at"] < end else score
-                  for c, score in zip(found, scores, strict=True)]
-    names = [str(c.row["id"]) for c in found]
-    order = sorted(range(len(found)), key=lambda i: (-round(scores[i], 6), names[i]))
-    hits = []
-    for i in order[:keep]:
-        context = final[found[i].row["id"]][1]
-        hits.append(Recalled(
-            memory=to_memory(found[i].row), score=round(scores[i], 6),
-            components=parts[i].public(round(context, 6))))
-    return hits
+    scored = []
+    for c, part in zip(found, parts, strict=True):
+        score, context = final[c.row["id"]]
+        if period is not None and period[0] <= c.row["created_at"] < period[1]:
+            score += settings.recall_time_boost
+        scored.append(Scored(c.row["id"], round(score, 6), part, round(context, 6)))
+    scored.sort(key=lambda s: (-s.score, str(s.id)))
+    return scored
+
+
+def hits(scored: Sequence[Scored], rows: Mapping[Any, Mapping[Any, Any]]) -> list[Recalled]:
+    """The ``Recalled`` objects of ``scored``, in its order, from the memories' whole
+    ``rows`` by id; a memory without a row (deleted since the candidates were read) is
+    left out."""
+    return [Recalled(memory=to_memory(rows[s.id]), score=s.score,
+                     components=s.parts.public(s.context))
+            for s in scored if s.id in rows]
 
 
 def _own_scores(found: Sequence[scoring.Candidate], parts: Sequence[scoring.Parts],
@@ -56,18 +66,20 @@ def _own_scores(found: Sequence[scoring.Candidate], parts: Sequence[scoring.Part
     return {c.row["id"]: scoring.weighted(p, vector) for c, p in zip(found, parts, strict=True)}
 
 
-def rerank(query: str, ranked: list[Recalled]) -> list[Recalled]:
-    """Deep mode: let the LLM order the fast candidates; fall back on any failure."""
+def rerank(query: str, scored: list[Scored], contents: Mapping[Any, str]) -> list[Scored]:
+    """Deep mode: let the LLM order the fast candidates (``contents`` by id); fall back
+    on any failure."""
     from memoryd.memory import llm as llm_mod
 
     model = llm_mod.get_llm()
-    if llm_mod.is_fallback(model) or not ranked:
+    if llm_mod.is_fallback(model) or not scored:
         log.warning("recall.deep_fallback", reason="no LLM configured")
-        return ranked
+        return scored
     try:
-        order = llm_mod.rerank(model, query, [hit.memory.content for hit in ranked])
+        picked_order = llm_mod.rerank(model, query, [contents.get(s.id, "") for s in scored])
     except LLMError as exc:
         log.warning("recall.deep_fallback", reason=type(exc).__name__)
-        return ranked
-    picked = [ranked[i] for i in dict.fromkeys(order) if 0 <= i < len(ranked)]
-    return picked + [hit for hit in ranked if hit not in picked]
+        return scored
+    picked = [scored[i] for i in dict.fromkeys(picked_order) if 0 <= i < len(scored)]
+    ids = {s.id for s in picked}
+    return picked + [s for s in scored if s.id not in ids]

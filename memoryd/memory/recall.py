@@ -46,12 +46,13 @@ from memoryd.memory.recall_sql import (
     statement,
     vector_settings,
 )
+from memoryd.memory.rows import select_list
 from memoryd.memory.scoring import Candidate
 
 __all__ = ["CANDIDATE_FACTOR", "CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
            "KeywordHit", "QueryEmbedding", "RecallPlan", "Sessions", "StoreModels", "adjacent",
            "agent_models", "build_plan", "candidates", "execute", "keyword_hits", "plan",
-           "sessions_read", "store_models", "touch", "vector_settings"]
+           "sessions_read", "store_models", "touch", "vector_settings", "whole_rows"]
 
 CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
 EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
@@ -349,8 +350,10 @@ def adjacent(found: list[Candidate], reach: int = CONTEXT_REACH) -> dict[Any, li
     return neighbours
 
 
-def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
-    """Count an access for each returned memory.
+def touch(session: Session, agent_id: str, ids: list[Any]) -> dict[Any, Mapping[Any, Any]]:
+    """Count an access for each memory recall returns, and read the whole rows of those
+    memories (the candidate query read only what ranking needs), by id. A row shows the
+    access this recall counted.
 
     The same statement sets ``synchronous_commit = off`` for the rest of the transaction
     (an uncorrelated subquery, evaluated once): the access bump is recall's only write,
@@ -361,12 +364,25 @@ def touch(session: Session, agent_id: str, ids: list[Any]) -> None:
     Rows another transaction holds locked (a maintenance job rewriting them) are skipped,
     not waited for: recall never waits on maintenance, and never deadlocks with a job
     that updates several of the agent's rows in another order (``reembed``'s batches
-    did); such a memory misses one access count.
+    did); such a memory misses one access count and is read as it stands.
     """
-    if ids:
-        session.execute(statement("""
-            UPDATE memories SET access_count = access_count + 1, last_accessed_at = now()
-            WHERE id IN (SELECT id FROM memories WHERE agent_id = :agent_id
-                         AND id = ANY(:ids) FOR UPDATE SKIP LOCKED)
-              AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
-        """), {"agent_id": agent_id, "ids": ids})
+    if not ids:
+        return {}
+    rows: dict[Any, Mapping[Any, Any]] = {row["id"]: row for row in session.execute(statement(f"""
+        UPDATE memories AS m SET access_count = m.access_count + 1, last_accessed_at = now()
+        WHERE m.id IN (SELECT id FROM memories WHERE agent_id = :agent_id
+                       AND id = ANY(:ids) FOR UPDATE SKIP LOCKED)
+          AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+        RETURNING {select_list()}
+    """), {"agent_id": agent_id, "ids": ids}).mappings()}
+    if len(rows) < len(ids):
+        rows |= whole_rows(session, agent_id, [i for i in ids if i not in rows])
+    return rows
+
+
+def whole_rows(session: Session, agent_id: str, ids: list[Any]) -> dict[Any, Mapping[Any, Any]]:
+    """The agent's memories among ``ids``, whole rows by id (deep mode reads their
+    contents; ``touch`` the rows it could not lock)."""
+    return {row["id"]: row for row in session.execute(statement(
+        f"SELECT {select_list()} FROM memories m WHERE m.agent_id = :agent_id "
+        f"AND m.id = ANY(:ids)"), {"agent_id": agent_id, "ids": ids}).mappings()}

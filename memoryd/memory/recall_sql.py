@@ -17,7 +17,7 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session
 
 from memoryd.memory import keywords
-from memoryd.memory.rows import select_list
+from memoryd.memory.rows import RANKED_COLUMNS, column_list
 
 VectorSearch = Literal["exact", "hnsw"]
 KeywordSearch = Literal["scan", "index"]
@@ -178,9 +178,10 @@ def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit]
                         search: VectorSearch, model: str | None = None,
                         sessions: Sessions | None = None) -> Sql:
     """The vector side's rows, then the keyword side's ``hits`` it did not find (their
-    rows looked up by id). The vector side's rows come straight from its scan, not
-    looked up again. Needs ``vector_settings`` applied first. With ``model``, only
-    memories embedded by that model (``query_vector`` is that model's), both sides.
+    rows looked up by id), each with the columns ranking reads (``RANKED_COLUMNS``).
+    The vector side's rows come straight from its scan, not looked up again. Needs
+    ``vector_settings`` applied first. With ``model``, only memories embedded by that
+    model (``query_vector`` is that model's), both sides.
 
     With ``sessions``, the same statement also reads the candidates' places in their
     sessions' message lists (``session_pos``, for the context score) and brings in the
@@ -221,11 +222,11 @@ def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
         where = f"{where} AND {same_model}"
     vec = _hnsw_vector_cte(where) if search == "hnsw" else _exact_vector_cte(where)
     first = f"""
-        SELECT {select_list("v")}, 1 - v.dist AS semantic, coalesce(kw.rank, 0) AS keyword_raw,
+        SELECT {_ranked("v")}, 1 - v.dist AS semantic, coalesce(kw.rank, 0) AS keyword_raw,
                v.pos AS vector_rank, kw.pos AS keyword_rank
         FROM vec v LEFT JOIN kw ON kw.id = v.id
         UNION ALL
-        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), kw.rank, NULL, kw.pos
+        SELECT {_ranked()}, 1 - (m.embedding <=> CAST(:qv AS vector)), kw.rank, NULL, kw.pos
         FROM kw JOIN memories m ON m.id = kw.id AND m.agent_id = :agent_id
         WHERE kw.id NOT IN (SELECT id FROM vec){f" AND {same_model}" if one_model else ""}"""
     ctes = f"""{vec},
@@ -265,18 +266,21 @@ def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
         FROM cand LEFT JOIN msgs ON msgs.id = CAST(cand.id AS text)
                                 AND msgs.session_id = cand.session_id
         UNION ALL
-        SELECT {select_list()}, 1 - (m.embedding <=> CAST(:qv AS vector)), 0, NULL, NULL,
-               near.pos
+        SELECT {_ranked()}, 1 - (m.embedding <=> CAST(:qv AS vector)), 0, NULL, NULL, near.pos
         FROM near JOIN memories m ON m.id = near.id
         WHERE m.agent_id = :agent_id AND {where}
     """
+
+
+def _ranked(alias: str = "m") -> str:
+    return column_list(RANKED_COLUMNS, alias)
 
 
 def _hnsw_vector_cte(where: str) -> str:
     """The agent's nearest memories through the HNSW index (iterative scan)."""
     return f"""vec AS MATERIALIZED (
             SELECT v.*, row_number() OVER () AS pos
-            FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
+            FROM (SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
                   FROM memories m WHERE m.agent_id = :agent_id AND {where}
                   ORDER BY m.embedding <=> CAST(:qv AS vector) LIMIT :k) v)"""
 
@@ -285,6 +289,6 @@ def _exact_vector_cte(where: str) -> str:
     """Exact kNN over the agent's rows, reached through the agent_id btree."""
     return f"""vec AS MATERIALIZED (
             SELECT v.*, row_number() OVER (ORDER BY v.dist, v.id) AS pos
-            FROM (SELECT {select_list()}, m.embedding <=> CAST(:qv AS vector) AS dist
+            FROM (SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
                   FROM memories m WHERE m.agent_id = :agent_id AND {where}
                   ORDER BY dist, m.id LIMIT :k) v)"""

@@ -22,6 +22,13 @@ STORED_COLUMNS: tuple[str, ...] = tuple(
     column.name for column in MemoryRow.__table__.columns if column.computed is None)
 
 
+# What ranking reads of a candidate's row (``scoring.components``, ``recall.adjacent``):
+# all the candidate query returns of it. The whole row is read only for the hits a
+# recall returns (``recall.touch``), a few of its dozens of candidates.
+RANKED_COLUMNS: tuple[str, ...] = ("id", "session_id", "category", "importance", "confidence",
+                                   "created_at")
+
+
 def select_list(alias: str = "m") -> str:
     """``m.id, m.agent_id, ...`` for raw SQL."""
     return ", ".join(f"{alias}.{col}" for col in MEMORY_COLUMNS)

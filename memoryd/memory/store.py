@@ -181,13 +181,13 @@ class MemoryStore:
                           if self.settings.recall_context_weight > 0 else {})
             period = (timewords.named_period(text_query)
                       if self.settings.recall_time_boost else None)
-            ranked = ranking.rank(found, neighbours, self.settings,
-                                  keep=None if mode == "deep" else limit, period=period)
+            scored = ranking.order(found, neighbours, self.settings, period=period)
             if mode == "deep":
-                ranked = ranking.rerank(text_query, ranked)
-            ranked = ranked[:limit]
-            recall.touch(session, agent, [hit.memory.id for hit in ranked])
-        return ranked
+                rows = recall.whole_rows(session, agent, [s.id for s in scored])
+                scored = ranking.rerank(text_query, scored,
+                                        {i: str(row["content"]) for i, row in rows.items()})
+            scored = scored[:limit]
+            return ranking.hits(scored, recall.touch(session, agent, [s.id for s in scored]))
 
     def _candidates(self, session: Session, plan: RecallPlan, query: str, pending: Future[str]
                     ) -> builtins.list[Candidate]:

@@ -285,6 +285,42 @@ def test_queries_without_keywords_still_recall_by_meaning(store: MemoryStore,
     assert all(h.components.keyword == 0.0 for h in hits)
 
 
+class _ReversingLLM:
+    """A fake LLM (the one fake the standards allow) that ranks the candidates it is
+    shown last first, and remembers what it was shown."""
+
+    name = "reversing"
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        self.shown = [line.split("] ", 1)[1] for line in prompt.splitlines()
+                      if line.startswith("[")]
+        return ", ".join(str(i) for i in reversed(range(len(self.shown))))
+
+
+def test_deep_mode_orders_the_candidates_as_the_llm_says(store: MemoryStore) -> None:
+    """The LLM sees every fast candidate's whole content, best first, and the hits
+    follow its order (limited after it), each with its fast score and whole row."""
+    from memoryd.memory import llm as llm_mod
+
+    _seed(store)
+    fast = store.recall(AGENT, QUERY, limit=50)
+    fake = _ReversingLLM()
+    llm_mod.set_llm(fake)
+    try:
+        deep = store.recall(AGENT, QUERY, limit=3, mode="deep")
+    finally:
+        llm_mod.set_llm(None)
+    assert fake.shown == [h.content for h in fast]
+    assert [h.id for h in deep] == [h.id for h in reversed(fast)][:3]
+    by_id = {h.id: h for h in fast}
+    for hit in deep:
+        assert hit.score == by_id[hit.id].score
+        assert hit.memory.access_count == by_id[hit.id].memory.access_count + 1
+
+
 def test_deep_mode_without_llm_matches_fast_mode(store: MemoryStore) -> None:
     from memoryd.memory import llm as llm_mod
 

@@ -179,12 +179,34 @@ def fixed_clock() -> Iterator[None]:
 
 def test_ranking_reads_memoryds_clock(fixed_clock: None) -> None:
     """A 7-day-old task has half its recency at the (fixed) time memoryd's clock says."""
-    (hit,) = ranking.rank([_candidate(category="task", age_days=7)], {}, Settings())
-    assert hit.components.recency == pytest.approx(0.5)
+    (scored,) = ranking.order([_candidate(category="task", age_days=7)], {}, Settings())
+    assert scored.parts.recency == pytest.approx(0.5)
 
 
-def test_ranking_orders_best_first_and_keeps_only_the_first(fixed_clock: None) -> None:
+def test_ranking_orders_best_first(fixed_clock: None) -> None:
     found = [_candidate(semantic=0.2), _candidate(semantic=0.8), _candidate(semantic=0.5)]
-    hits = ranking.rank(found, {}, Settings(), keep=2)
-    assert [h.id for h in hits] == [found[1].row["id"], found[2].row["id"]]
-    assert hits[0].score > hits[1].score
+    scored = ranking.order(found, {}, Settings())
+    assert [s.id for s in scored] == [found[i].row["id"] for i in (1, 2, 0)]
+    assert scored[0].score > scored[1].score > scored[2].score
+
+
+def test_a_named_period_lifts_its_memories_by_the_boost(fixed_clock: None) -> None:
+    old, new = _candidate(semantic=0.8, age_days=40), _candidate(semantic=0.7, age_days=1)
+    period = (NOW - timedelta(days=2), NOW)
+    plain = {s.id: s.score for s in ranking.order([old, new], {}, Settings())}
+    lifted = ranking.order([old, new], {}, Settings(recall_time_boost=0.5), period=period)
+    assert lifted[0].id == new.row["id"]
+    assert lifted[0].score == pytest.approx(plain[new.row["id"]] + 0.5)
+    assert lifted[1].score == pytest.approx(plain[old.row["id"]])
+
+
+def test_hits_come_from_the_whole_rows_and_skip_memories_without_one(
+        fixed_clock: None) -> None:
+    """The candidate query reads only what ranking needs; a hit is built from the row
+    ``recall.touch`` read, and a memory deleted meanwhile (no row) is left out."""
+    found = [_candidate(semantic=0.9), _candidate(semantic=0.5)]
+    scored = ranking.order(found, {}, Settings())
+    whole = {found[1].row["id"]: {**found[1].row, "content": "the whole row"}}
+    (hit,) = ranking.hits(scored, whole)
+    assert hit.id == found[1].row["id"] and hit.content == "the whole row"
+    assert hit.score == scored[1].score
