@@ -64,12 +64,14 @@ def _models(store: MemoryStore, agent: str | None = None) -> dict[str, int]:
             "WHERE agent_id = coalesce(:a, agent_id) GROUP BY 1"), {"a": agent}).all())
 
 
-def _stored_vectors(store: MemoryStore, agent: str) -> dict[str, Any]:
+def _stored_vectors(store: MemoryStore, agent: str, by: str = "content") -> dict[Any, Any]:
+    """The agent's stored vectors, by content (or by id: ``by="id"``)."""
+    assert by in ("content", "id")
     with store.session() as session:
         rows = session.execute(text(
-            "SELECT content, CAST(embedding AS text) AS v FROM memories WHERE agent_id = :a"),
-            {"a": agent}).all()
-    return {r.content: np.array([float(x) for x in r.v.strip("[]").split(",")]) for r in rows}
+            f"SELECT {by} AS key, CAST(embedding AS text) AS v FROM memories "
+            f"WHERE agent_id = :a"), {"a": agent}).all()
+    return {r.key: np.array([float(x) for x in r.v.strip("[]").split(",")]) for r in rows}
 
 
 def _seed_old(old_store: MemoryStore, agent: str, keys: list[str]) -> None:
@@ -108,7 +110,7 @@ def test_an_agent_with_two_models_is_searched_once_per_model(
     query = QUERIES["cat"]
     vectors = {MINILM: float_store.query_embedder.embed([query])[0],
                MINILM_INT8: old_store.query_embedder.embed([query])[0]}
-    stored = _stored_vectors(float_store, "a")
+    stored = _stored_vectors(float_store, "a", by="id")
     float_store.store_models.clear()
     with float_store.session() as session:
         assert rc.agent_models(session, "a") == [MINILM, MINILM_INT8]
@@ -119,7 +121,7 @@ def test_an_agent_with_two_models_is_searched_once_per_model(
     assert {c.model for c in found} == {MINILM, MINILM_INT8}
     assert len(found) == len(FACTS)
     for c in found:
-        expected = float(stored[c.row["content"]] @ vectors[c.model])
+        expected = float(stored[c.row["id"]] @ vectors[c.model])
         assert c.semantic == pytest.approx(expected, abs=1e-5)
     hits = float_store.recall("a", query, limit=len(FACTS))
     assert hits[0].memory.content == FACTS["cat"]
