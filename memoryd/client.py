@@ -35,6 +35,7 @@ from memoryd.config import Settings, get_settings
 from memoryd.errors import MemorydError, MemorydTimeoutError, Unavailable, WorkerError
 from memoryd.types import (
     AgentStats,
+    EmbeddingProgress,
     Entity,
     JobRun,
     Memory,
@@ -263,6 +264,11 @@ class MemoryClient:
         """Memories per category of the ``limit`` largest agents."""
         return self._call("memoryd.admin.stats", {"limit": check.limit(limit)},
                           _list_of(AgentStats), timeout)
+
+    def embeddings(self, *, timeout: float | None = None) -> EmbeddingProgress:
+        """Memories per embedding model, and the share on the configured model."""
+        return self._call("memoryd.admin.embeddings", {}, EmbeddingProgress.model_validate,
+                          timeout)
 
     def restore(self, eviction_or_memory_id: int | str | UUID, *,
                 timeout: float | None = None) -> UUID:

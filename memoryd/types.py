@@ -195,6 +195,15 @@ class AgentStats(_Model):
     categories: dict[str, int]
 
 
+class EmbeddingProgress(_Model):
+    """How far the store is on its configured embedding ``model`` (the ``reembed`` job
+    moves the rest)."""
+
+    model: str
+    memories_by_model: dict[str, int]
+    done_percent: float
+
+
 class ContextResult(_Model):
     context: str
 

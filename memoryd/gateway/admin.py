@@ -1,5 +1,6 @@
 """Operator endpoints (``admin`` keys for all agents): run maintenance jobs, their
-history, fleet statistics, restoring an evicted memory. Like the memory routes, each
+history, fleet statistics, how far a move to another embedding model is, restoring an
+evicted memory. Like the memory routes, each
 is one ``MemoryClient`` call served by the workers."""
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from memoryd import validation as check
 from memoryd.client import Pending
 from memoryd.gateway.deps import Client, JsonBody, Key
 from memoryd.gateway.schema import request_body
-from memoryd.types import AgentStats, JobQueued, JobRun, JobRunRequest, Restored
+from memoryd.types import (
+    AgentStats,
+    EmbeddingProgress,
+    JobQueued,
+    JobRun,
+    JobRunRequest,
+    Restored,
+)
 
 router = APIRouter(prefix="/v1", tags=["operators"])
 REQUEST_MODELS: list[type[BaseModel]] = [JobRunRequest]
@@ -55,3 +63,10 @@ def restore(eviction_id: str, key: Key, client: Client) -> Restored:
 def stats(key: Key, client: Client, limit: Annotated[int, Query()] = 50) -> list[AgentStats]:
     key.require_admin()
     return client.stats(limit=limit)
+
+
+@router.get("/embeddings", summary="Memories per embedding model, and the share on the "
+                                   "configured one (the reembed job moves the rest)")
+def embeddings(key: Key, client: Client) -> EmbeddingProgress:
+    key.require_admin()
+    return client.embeddings()

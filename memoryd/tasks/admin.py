@@ -1,5 +1,6 @@
 """Operator tasks behind the gateway's admin endpoints (queue ``memory``: each is one
-short statement): maintenance history, memories per agent, restore an evicted memory."""
+short statement): maintenance history, memories per agent, how far a move to the
+configured embedding model is, restore an evicted memory."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ def stats(limit: int = 50) -> Any:
     """Memories per category of the largest agents. Read-only."""
     with get_store().session() as session:
         return dump(reports.agent_stats(session, check.limit(limit)))
+
+
+@app.task(name="memoryd.admin.embeddings", base=MemorydTask)
+def embeddings() -> Any:
+    """Memories per embedding model and the share on the configured one. Read-only."""
+    store = get_store()
+    with store.session() as session:
+        return dump(reports.embedding_progress(session, store.model))
 
 
 @app.task(name="memoryd.admin.restore", base=MemorydTask)

@@ -45,6 +45,7 @@ def _valid() -> dict[str, dict[str, Any]]:
         "memoryd.sessions": {"agent_id": AGENT},
         "memoryd.admin.job_runs": {"job": "expire", "limit": 5},
         "memoryd.admin.stats": {"limit": 5},
+        "memoryd.admin.embeddings": {},
         "memoryd.admin.restore": {"target": MEMORY_ID},
         **{f"memoryd.maintenance.{job}": dict(maintenance) for job in JOB_NAMES},
         # Fleet-wide: refuses an agent.

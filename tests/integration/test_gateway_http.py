@@ -267,6 +267,16 @@ def test_admin_endpoints_run_jobs_report_and_restore(
     assert runs[0]["id"] == ran.json()["run_id"] and runs[0]["agent_id"] == agent_id
     stats = http.get("/v1/stats", headers=admin).json()
     assert {"agent_id": agent_id, "total": 1, "categories": {"fact": 1}} in stats
+    before = http.get("/v1/embeddings", headers=admin).json()
+    assert before["model"] == store.model and before["done_percent"] == 100.0
+    with store.session() as session:  # the agent's memory of another model, as mid-move
+        session.execute(text("UPDATE memories SET embedding_model = 'older' "
+                             "WHERE agent_id = :a"), {"a": agent_id})
+    after = http.get("/v1/embeddings", headers=admin).json()
+    total = sum(before["memories_by_model"].values())
+    assert after["memories_by_model"] == {
+        "older": 1, **({store.model: total - 1} if total > 1 else {})}
+    assert after["done_percent"] == round(100.0 * (total - 1) / total, 1)
 
     restored = http.post(f"/v1/evicted/{expired}/restore", headers=admin)
     assert restored.json() == {"id": expired, "restored": True}
@@ -282,6 +292,7 @@ def test_admin_endpoints_refuse_keys_without_admin_for_every_agent(
     partial_admin = bearer(make_key(store, prefixes=("team-a/",), admin=True))
     for auth in (plain, partial_admin):
         _error(http.get("/v1/stats", headers=auth), 403, "forbidden")
+        _error(http.get("/v1/embeddings", headers=auth), 403, "forbidden")
         _error(http.get("/v1/jobs/runs", headers=auth), 403, "forbidden")
         _error(http.post("/v1/jobs/expire/runs", headers=auth, json={}), 403, "forbidden")
         _error(http.post(f"/v1/evicted/{uuid.uuid4()}/restore", headers=auth), 403,
