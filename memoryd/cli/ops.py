@@ -105,9 +105,9 @@ def _status(args: argparse.Namespace) -> int:
     for queue, length in view["queues"].items():
         print(f"queue {queue}: {length} waiting")
     print(f"dead letters: {dead}" + (" (memoryd dlq list)" if dead else ""))
-    print(f"embedding model: {models['model']}, {models['done_percent']}% of memories on it "
-          f"({', '.join(f'{m}: {n}' for m, n in models['memories_by_model'].items()) or 'none'})"
-          + ("" if models["done_percent"] == 100.0 else "; the reembed job moves the rest"))
+    print(f"embedding model: {models.model}, {models.done_percent}% of memories on it "
+          f"({', '.join(f'{m}: {n}' for m, n in models.memories_by_model.items()) or 'none'})"
+          + ("" if models.done_percent == 100.0 else "; the reembed job moves the rest"))
     print(table(("job", "last status", "started", "stats"),
                 [(job, runs[job]["status"] if job in runs else "never",
                   runs[job]["started_at"].strftime("%Y-%m-%d %H:%M:%S") if job in runs else "",

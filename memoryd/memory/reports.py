@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.types import AgentStats, JobRun
+from memoryd.types import AgentStats, EmbeddingProgress, JobRun
 
 
 def job_runs(session: Session, job: str | None = None, limit: int = 20) -> list[JobRun]:
@@ -46,13 +46,13 @@ def agent_stats(session: Session, limit: int = 50) -> list[AgentStats]:
     return [AgentStats.model_validate(dict(r)) for r in rows]
 
 
-def embedding_progress(session: Session, target: str) -> dict[str, Any]:
+def embedding_progress(session: Session, target: str) -> EmbeddingProgress:
     """How far the store is on ``target``: memories per embedding model, and the share
-    already on ``target`` (``memoryd status``)."""
+    already on ``target`` (``memoryd status``, ``GET /v1/embeddings``)."""
     counts = {str(model): int(n) for model, n in session.execute(text(
         "SELECT embedding_model, count(*) FROM memories GROUP BY embedding_model "
         "ORDER BY embedding_model")).all()}
     total = sum(counts.values())
     done = counts.get(target, 0)
-    return {"model": target, "memories_by_model": counts,
-            "done_percent": round(100.0 * done / total, 1) if total else 100.0}
+    return EmbeddingProgress(model=target, memories_by_model=counts,
+                             done_percent=round(100.0 * done / total, 1) if total else 100.0)

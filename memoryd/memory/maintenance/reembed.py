@@ -30,8 +30,8 @@ from memoryd.memory.recall import store_models
 
 _START = ("", "00000000-0000-0000-0000-000000000000")  # before every (agent, id)
 # Rows per batch at most, whatever the maintenance batch size: a batch is embedded before
-# the time budget is checked again, and 500 texts take a second or two on two cores
-# where the default 5,000 would take twenty.
+# the time budget is checked again, so one batch must stay seconds of work, not the tens
+# of seconds a default-sized maintenance batch would take to embed.
 MAX_BATCH = 500
 
 _WRITE = text("""
