@@ -149,8 +149,11 @@ def filtered_size(session: Session, agent_id: str, filters: Filters, cap: int) -
 def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, *,
                vector_search: VectorSearch, keyword_search: KeywordSearch, ef_search: int,
                agent_size: int | None = None, sessions: Sessions | None = None) -> RecallPlan:
-    """The plan for the searches given. ``ef_search`` is raised to ``per_retriever``."""
-    settings = vector_settings(vector_search, ef_search=max(ef_search, per_retriever))
+    """The plan for the searches given. ``ef_search`` is raised to ``per_retriever``.
+    The candidate query is planned once per connection (a generic plan) unless
+    narrowing filters make the best plan depend on their values."""
+    settings = vector_settings(vector_search, ef_search=max(ef_search, per_retriever),
+                               generic=not filters.narrowing)
     index = keyword_search == "index"
     plan_cache = KEYWORD_PLAN_CACHE if index else {}
     after = {**KEYWORD_PLAN_CACHE_AFTER, **settings} if index else settings

@@ -111,21 +111,32 @@ class KeywordHit:
 
 
 # --- transaction settings ------------------------------------------------------------
-def vector_settings(search: VectorSearch, *, ef_search: int) -> dict[str, str]:
-    """Transaction-local settings the vector query needs: none for the exact search.
+def vector_settings(search: VectorSearch, *, ef_search: int,
+                    generic: bool = True) -> dict[str, str]:
+    """Transaction-local settings the candidate query needs.
 
-    For the HNSW search:
-    - ``plan_cache_mode = force_custom_plan``. psycopg prepares a statement after five
-      executions, and after five more PostgreSQL may switch a prepared statement to a
-      generic plan, planned without the agent id: for the candidate query that plan is
-      several times slower, and it cannot use the agent's own HNSW index
-      (``maintenance.index_agents``). Planning afresh costs far less. (The keyword
-      query is the other way round: ``KEYWORD_PLAN_CACHE``.)
-    - pgvector's ``ef_search`` (capped at ``EF_SEARCH_MAX``) and the iterative scan.
+    ``generic``: ``plan_cache_mode = force_generic_plan``. Once psycopg prepares the
+    candidate query (after five executions on a connection) it is planned once, not at
+    every recall: planning this statement cost more than running its vector search.
+    A generic plan must not depend on the agent's size, which the planner no longer
+    sees:
+    - the exact search computes its distances behind a fence (``_exact_vector_cte``)
+      and runs with ``enable_seqscan = off``, so its only plans read the agent's rows
+      through an (agent_id, ...) index, whatever the statistics say of the agents'
+      sizes (in a store of a few agents the planner would otherwise scan the table, or
+      take the shared HNSW index and lose rows to its filter);
+    - the HNSW search names the agent as a literal (``_hnsw_vector_cte``), so a generic
+      plan still picks the agent's own partial index (``maintenance.index_agents``).
+    Without ``generic`` (narrowing filters, whose values decide between an index on
+    them and the vector index), the exact search needs no setting and the HNSW search
+    is planned afresh each time (``force_custom_plan``).
+
+    For the HNSW search also pgvector's ``ef_search`` (capped at ``EF_SEARCH_MAX``) and
+    the iterative scan, which keeps scanning until enough rows pass the filters.
     """
     if search == "exact":
-        return {}
-    return {"plan_cache_mode": "force_custom_plan",
+        return {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"} if generic else {}
+    return {"plan_cache_mode": "force_generic_plan" if generic else "force_custom_plan",
             "hnsw.ef_search": str(min(int(ef_search), EF_SEARCH_MAX)),
             "hnsw.iterative_scan": "relaxed_order"}
 
@@ -193,8 +204,8 @@ def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit]
     if sessions is not None:
         params |= {"seeds": sessions.seeds, "reach": sessions.reach,
                    "cap": sessions.max_messages}
-    return Sql(_candidate_text(filters.sql(), search, model is not None, sessions is not None),
-               params)
+    sql = _candidate_text(filters.sql(), search, model is not None, sessions is not None)
+    return Sql(sql.replace(_AGENT_LITERAL, sql_literal(agent_id)), params)
 
 
 @dataclass(frozen=True)
@@ -276,19 +287,37 @@ def _ranked(alias: str = "m") -> str:
     return column_list(RANKED_COLUMNS, alias)
 
 
+# Where the HNSW search names its agent: replaced by the agent id as a SQL literal.
+_AGENT_LITERAL = "__memoryd_agent_literal__"
+
+
+def sql_literal(value: str) -> str:
+    """``value`` as a SQL string literal, quoted as PostgreSQL's ``quote_literal`` does:
+    quotes doubled, and backslashes doubled in an ``E''`` string, which reads the same
+    whatever ``standard_conforming_strings`` says. (Agent ids hold no control
+    characters: ``validation.agent_id``.)"""
+    quoted = "'" + value.replace("'", "''").replace("\\", "\\\\") + "'"
+    return "E" + quoted if "\\" in value else quoted
+
+
 def _hnsw_vector_cte(where: str) -> str:
-    """The agent's nearest memories through the HNSW index (iterative scan)."""
+    """The agent's nearest memories through the HNSW index (iterative scan). The agent
+    is a literal: a generic plan then still matches the agent's own partial index."""
     return f"""vec AS MATERIALIZED (
             SELECT v.*, row_number() OVER () AS pos
             FROM (SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
-                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
+                  FROM memories m WHERE m.agent_id = {_AGENT_LITERAL} AND {where}
                   ORDER BY m.embedding <=> CAST(:qv AS vector) LIMIT :k) v)"""
 
 
 def _exact_vector_cte(where: str) -> str:
-    """Exact kNN over the agent's rows, reached through the agent_id btree."""
+    """Exact kNN over the agent's rows, reached through an (agent_id, ...) index. The
+    distances are computed behind a fence (``OFFSET 0``), so no plan, generic ones
+    included, can order the rows by the HNSW index and filter them afterwards."""
     return f"""vec AS MATERIALIZED (
             SELECT v.*, row_number() OVER (ORDER BY v.dist, v.id) AS pos
-            FROM (SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
-                  FROM memories m WHERE m.agent_id = :agent_id AND {where}
-                  ORDER BY dist, m.id LIMIT :k) v)"""
+            FROM (SELECT * FROM (
+                      SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
+                      FROM memories m WHERE m.agent_id = :agent_id AND {where}
+                      OFFSET 0) a
+                  ORDER BY dist, id LIMIT :k) v)"""

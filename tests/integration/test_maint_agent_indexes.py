@@ -24,6 +24,7 @@ from memoryd.memory.maintenance.index_agents import (
 )
 from memoryd.memory.store import MemoryStore
 from tests.support.maint import bulk_insert, run
+from tests.support.plans import generic_plan
 
 BIG, SMALL = "agent-big", "agent-small"
 
@@ -93,9 +94,10 @@ def _predicates(store: MemoryStore) -> dict[str, str]:
     return {r.relname: r.pred for r in rows}
 
 
-def _vector_plan(store: MemoryStore, agent: str) -> str:
+def _vector_plan(store: MemoryStore, agent: str, *, generic: bool = False) -> str:
     """The plan of recall's candidate query for ``agent`` (large-agent settings), with
-    sequential scans and sorts priced out, as on a table too big to scan."""
+    sequential scans and sorts priced out, as on a table too big to scan; ``generic``:
+    the plan a prepared statement reuses, made without the parameters' values."""
     vector = to_pgvector(store.embedder.embed(["notes about numbers"])[0])
     plan = rc.build_plan(agent, "", rc.Filters(), 30, vector_search="hnsw",
                          keyword_search="index", ef_search=100)
@@ -105,6 +107,8 @@ def _vector_plan(store: MemoryStore, agent: str) -> str:
         rc.keyword_hits(session, plan)  # no words: the vector settings alone
         session.execute(text("SET LOCAL enable_seqscan = off"))
         session.execute(text("SET LOCAL enable_sort = off"))
+        if generic:
+            return generic_plan(session, candidate, {})
         lines = session.execute(text("EXPLAIN " + sql), params).scalars().all()
     return "\n".join(lines)
 
@@ -121,7 +125,9 @@ def test_large_agent_gets_its_own_index_and_recall_uses_it(
     assert _predicates(indexing_store) == {
         index_name(BIG): f"((agent_id)::text = '{BIG}'::text)"}
     assert index_name(BIG) in _vector_plan(indexing_store, BIG)
+    assert index_name(BIG) in _vector_plan(indexing_store, BIG, generic=True)
     assert index_name(BIG) not in _vector_plan(indexing_store, SMALL)
+    assert index_name(BIG) not in _vector_plan(indexing_store, SMALL, generic=True)
     hits = indexing_store.recall(BIG, "note number 7", limit=5)
     assert len(hits) == 5 and all(h.memory.agent_id == BIG for h in hits)
 

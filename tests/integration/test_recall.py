@@ -573,14 +573,14 @@ def test_large_agent_settings_ride_on_the_keyword_query(store: MemoryStore, quer
     assert applied == settings
     with store.session() as session:
         assert session.execute(text("SHOW plan_cache_mode")).scalar_one() == "auto"
-    assert rc.vector_settings("exact", ef_search=123) == {}
+    assert rc.vector_settings("exact", ef_search=123, generic=False) == {}
 
 
 @pytest.mark.parametrize("large", [True, False])
 def test_index_keyword_query_runs_with_a_generic_plan(store: MemoryStore, large: bool) -> None:
     """Once psycopg prepares it, the index search is never planned again (PostgreSQL
-    would otherwise plan it afresh each time); the statements after it plan as usual,
-    or as a large agent's settings say."""
+    would otherwise plan it afresh each time); the statements after it plan as the
+    vector query's settings say."""
     _seed(store)
     plan = rc.build_plan(AGENT, QUERY, rc.Filters(), 30, keyword_search="index",
                          vector_search="hnsw" if large else "exact", ef_search=100)
@@ -594,7 +594,7 @@ def test_index_keyword_query_runs_with_a_generic_plan(store: MemoryStore, large:
             "WHERE statement LIKE '%kw_found%'")).one()
         after = session.execute(text("SHOW plan_cache_mode")).scalar_one()
     assert plans.generic_plans >= 2 and plans.custom_plans == 0
-    assert after == ("force_custom_plan" if large else "auto")
+    assert after == "force_generic_plan"
 
 
 @pytest.mark.parametrize(("keyword_scan_max", "expected"), [
@@ -661,9 +661,10 @@ def test_session_context_and_the_second_round_cost_no_round_trip_of_their_own(
 
 def test_the_plan_follows_the_agent_size(store: MemoryStore,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Small agents: exact vector search and a scan of their rows, no settings; above
-    ``KEYWORD_SCAN_MAX`` the index keyword search, its plan-cache mode set before and
-    reset by the keyword statement."""
+    """Small agents: exact vector search and a scan of their rows, the candidate query
+    planned once (generic) and never by a sequential scan; above ``KEYWORD_SCAN_MAX``
+    the index keyword search, its plan-cache mode set before and reset by the keyword
+    statement."""
     from memoryd.memory import keywords
 
     _seed(store)
@@ -675,10 +676,11 @@ def test_the_plan_follows_the_agent_size(store: MemoryStore,
                           ef_search=100)
     assert small.agent_size == len(DISTRACTORS) + 1
     assert (small.vector_search, small.keyword_search) == ("exact", "scan")
-    assert small.vector_settings == small.settings_after_keywords == {}
+    assert small.vector_settings == small.settings_after_keywords == {
+        "plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
     assert small.keyword_setup is None and small.keyword_statement is not None
     assert (indexed.vector_search, indexed.keyword_search) == ("exact", "index")
-    assert indexed.settings_after_keywords == {"plan_cache_mode": "auto"}
+    assert indexed.settings_after_keywords == small.vector_settings
     assert indexed.keyword_setup is not None and indexed.keyword_statement is not None
     assert "kw_found" in indexed.keyword_statement.text
 

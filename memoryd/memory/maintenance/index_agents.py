@@ -5,8 +5,9 @@ k nearest memories, pgvector's iterative scan walks the whole fleet's graph and 
 the other agents' rows, about k / (the agent's share of the table) of them: for a
 100,000-memory agent in a million, ten rows read per row kept. pgvector's
 documented answer is a partial index per filter value; PostgreSQL maintains it on every
-write and the planner picks it for that agent's queries (recall plans large agents'
-queries with their agent id: ``recall.vector_settings``), so recall's SQL is unchanged.
+write and the planner picks it for that agent's queries (recall's vector query names a
+large agent as a literal, generic plans included: ``recall_sql.vector_settings``), so
+recall's SQL is unchanged.
 
 The job keeps one for each of the ``MAX_AGENT_INDEXES`` largest agents holding at least
 ``agent_index_min_memories`` memories; an agent keeps its index until it falls below
