@@ -150,10 +150,10 @@ def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, 
                vector_search: VectorSearch, keyword_search: KeywordSearch, ef_search: int,
                agent_size: int | None = None, sessions: Sessions | None = None) -> RecallPlan:
     """The plan for the searches given. ``ef_search`` is raised to ``per_retriever``.
-    The candidate query is planned once per connection (a generic plan) unless
-    narrowing filters make the best plan depend on their values."""
+    The candidate query is planned once per connection (a generic plan) unless the
+    caller chose filters: how many rows their values leave can change the best plan."""
     settings = vector_settings(vector_search, ef_search=max(ef_search, per_retriever),
-                               generic=not filters.narrowing)
+                               generic=not filters.chosen())
     index = keyword_search == "index"
     plan_cache = KEYWORD_PLAN_CACHE if index else {}
     after = {**KEYWORD_PLAN_CACHE_AFTER, **settings} if index else settings

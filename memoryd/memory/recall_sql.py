@@ -127,9 +127,9 @@ def vector_settings(search: VectorSearch, *, ef_search: int,
       take the shared HNSW index and lose rows to its filter);
     - the HNSW search names the agent as a literal (``_hnsw_vector_cte``), so a generic
       plan still picks the agent's own partial index (``maintenance.index_agents``).
-    Without ``generic`` (narrowing filters, whose values decide between an index on
-    them and the vector index), the exact search needs no setting and the HNSW search
-    is planned afresh each time (``force_custom_plan``).
+    Without ``generic`` (filtered recalls: how many rows the filters' values leave can
+    decide between an index on them and the vector index), the exact search needs no
+    setting and the HNSW search is planned afresh each time (``force_custom_plan``).
 
     For the HNSW search also pgvector's ``ef_search`` (capped at ``EF_SEARCH_MAX``) and
     the iterative scan, which keeps scanning until enough rows pass the filters.

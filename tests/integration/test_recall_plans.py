@@ -57,14 +57,15 @@ def test_the_candidate_query_is_planned_once_per_connection(
     assert generic >= 3 and custom == 0
 
 
-def test_a_narrowing_filter_is_planned_with_its_values(store: MemoryStore) -> None:
-    """A time or metadata filter decides between its own index and the vector search,
-    so that candidate query keeps custom plans."""
-    store.store_many(SMALL, [{"content": f} for f in FACTS])
+@pytest.mark.parametrize("filters", [{"since": "2000-01-01T00:00:00Z"}, {"category": "fact"}])
+def test_a_filtered_recall_is_planned_with_its_values(store: MemoryStore,
+                                                      filters: dict[str, str]) -> None:
+    """How many rows a filter's value leaves can decide between an index on it and the
+    vector search, so a filtered candidate query keeps custom plans."""
+    store.store_many(SMALL, [{"content": f, "category": "fact"} for f in FACTS])
     store.engine.dispose()
     for _ in range(10):
-        assert store.recall(SMALL, "Which pet does the user have?", limit=3,
-                            since="2000-01-01T00:00:00Z")
+        assert store.recall(SMALL, "Which pet does the user have?", limit=3, **filters)
     generic, custom = _candidate_plans(store)
     assert custom >= 3 and generic == 0
 
