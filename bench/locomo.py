@@ -361,12 +361,12 @@ def _ask_all(store: Any, stored: Sequence[Stored], embedder: CachingEmbedder,
 
 def settings_record(store: Any) -> dict[str, Any]:
     """The recall settings the run used (for the JSON)."""
-    from memoryd.memory.store import CANDIDATE_FACTOR
-
     settings = store.settings
     return {**settings.weights(), "recall_fusion": settings.recall_fusion,
             "recall_context_weight": settings.recall_context_weight,
-            "candidate_factor": CANDIDATE_FACTOR,
+            "recall_expand": settings.recall_expand,
+            "recall_time_boost": settings.recall_time_boost,
+            "recall_candidates": settings.recall_candidates,
             "recall_exact_threshold": settings.recall_exact_threshold,
             "embed_int8": settings.embed_int8,
             "query_embed_int8": settings.query_embed_int8}

@@ -60,6 +60,7 @@ GRID: dict[str, dict[str, Any]] = {
     "expand 0 (no second round)": {"recall_expand": 0},
     "expand 3": {"recall_expand": 3},
     "expand 10": {"recall_expand": 10},
+    "candidates 3x the limit": {"recall_candidates": 3},
 }
 
 

@@ -157,7 +157,8 @@ def recall_plan(store: Any, session: Any, agent: str, query: str, limit: int = 1
     from memoryd.memory import recall as rc
 
     return rc.plan(session, store.agent_sizes, agent, query, rc.Filters(),
-                   rc.CANDIDATE_FACTOR * limit, ef_search=store.settings.hnsw_ef_search,
+                   store.settings.recall_candidates * limit,
+                   ef_search=store.settings.hnsw_ef_search,
                    sessions=rc.sessions_read(store.settings.recall_context_weight,
                                              store.settings.recall_expand))
 

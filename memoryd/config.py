@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     weight_importance: float = Field(0.10, ge=0)
     weight_confidence: float = Field(0.05, ge=0)
     recall_fusion: Literal["weighted", "rrf"] = "weighted"
+    recall_candidates: int = Field(
+        2, ge=1, le=10, description="each retriever (vector, keyword) fetches this many "
+                                    "times the limit as candidates")
     recall_context_weight: float = Field(
         0.30, ge=0, le=1,
         description="Share of the best adjacent session message's score a candidate gains")

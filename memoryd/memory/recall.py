@@ -49,12 +49,11 @@ from memoryd.memory.recall_sql import (
 from memoryd.memory.rows import select_list
 from memoryd.memory.scoring import Candidate
 
-__all__ = ["CANDIDATE_FACTOR", "CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
+__all__ = ["CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
            "KeywordHit", "QueryEmbedding", "RecallPlan", "Sessions", "StoreModels", "adjacent",
            "agent_models", "build_plan", "candidates", "execute", "keyword_hits", "plan",
            "sessions_read", "store_models", "touch", "vector_settings", "whole_rows"]
 
-CANDIDATE_FACTOR = 3  # each retriever over-fetches this many times the limit
 EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
 STORE_MODELS_SECONDS = 5.0

@@ -31,7 +31,7 @@ from memoryd.memory.embeddings import (
     get_query_embedder,
     to_pgvector,
 )
-from memoryd.memory.recall import CANDIDATE_FACTOR, RecallPlan
+from memoryd.memory.recall import RecallPlan
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.memory.scoring import Candidate
 from memoryd.types import (
@@ -171,7 +171,8 @@ class MemoryStore:
         pending = self.query_embedding.soon(text_query)
         with self.session() as session:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
-                               CANDIDATE_FACTOR * limit, ef_search=self.settings.hnsw_ef_search,
+                               self.settings.recall_candidates * limit,
+                               ef_search=self.settings.hnsw_ef_search,
                                sessions=recall.sessions_read(self.settings.recall_context_weight,
                                                              self.settings.recall_expand))
             found = self._candidates(session, plan, text_query, pending)
