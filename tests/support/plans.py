@@ -5,10 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.memory.recall_sql import Sql
+from memoryd.memory.recall_sql import Sql, settings_statement
 
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 
@@ -23,8 +22,9 @@ def generic_plan(session: Session, sql: Sql, settings: Mapping[str, str]) -> str
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    for name, value in settings.items():
-        session.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+    setup = settings_statement(settings)
+    if setup is not None:
+        setup.run(session)
     numbered = _BIND.sub(number, sql.text)
     lines = session.connection().exec_driver_sql(
         "EXPLAIN (GENERIC_PLAN) " + numbered.replace("%", "%%")).scalars().all()

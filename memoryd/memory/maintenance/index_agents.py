@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 from memoryd.errors import ValidationError
 from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
+from memoryd.memory.recall_sql import sql_literal
 
 INDEX_PREFIX = "ix_memories_agent_hnsw_"
 # The planner weighs every index of ``memories`` for every statement: a fleet gets
@@ -122,11 +123,10 @@ def _drop(conn: Connection, name: str) -> None:
 
 
 def _build(conn: Connection, agent_id: str) -> None:
-    # The agent id goes into the DDL as a literal (DDL takes no parameters): quoted by
-    # PostgreSQL itself.
-    literal = conn.execute(text("SELECT quote_literal(CAST(:a AS text))"),
-                           {"a": agent_id}).scalar_one()
-    conn.execute(text(_INDEX_SQL.format(name=f'"{index_name(agent_id)}"', agent=literal)))
+    # The agent id goes into the DDL as a literal (DDL takes no parameters), quoted as
+    # recall's vector query names it.
+    conn.execute(text(_INDEX_SQL.format(name=f'"{index_name(agent_id)}"',
+                                        agent=sql_literal(agent_id))))
 
 
 def count_terms(session: Session, agent_id: str) -> int:
