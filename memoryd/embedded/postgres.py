@@ -178,7 +178,9 @@ class EmbeddedPostgres:
         self._prepare_permissions(self.pgdata)
         port = self.port
         settings = {"max_connections": "200", **self.server_options}
-        options = f"-h 127.0.0.1 -p {port} -k {self.pgdata} " + " ".join(
+        # TCP only (``-k ''``: no unix socket): a socket's path is limited to about 100
+        # bytes, so one inside a deep data directory stopped the server from starting.
+        options = f"-h 127.0.0.1 -p {port} -k '' " + " ".join(
             f"-c {name}={value}" for name, value in settings.items())
         if self.log_file.exists() and running_as_root():
             hand_over(self.log_file, service_user())
