@@ -496,10 +496,20 @@ def _run_child(url: str, job: str, side: str) -> dict[str, Any]:
     return dict(json.loads(lines[-1][len(_RESULT):]))
 
 
+def own_peak_rss_mb() -> float:
+    """This process's peak resident set, in MB (``VmHWM``). Not ``ru_maxrss``: Linux
+    carries that across exec, so a child started from a large process (a test runner)
+    reported its parent's size, not its own."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
+
+
 def child_main(spec: dict[str, Any]) -> int:
     url, job, side = spec["url"], spec["job"], spec["side"]
     outcome = _run_bare(url, job) if side == "bare" else _run_memoryd(url, job)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = own_peak_rss_mb()
     print(_RESULT + json.dumps({**outcome, "peak_rss_mb": peak_mb}, default=str), flush=True)
     return 0
 
