@@ -183,6 +183,17 @@ class EvictedMemoryRow(Base):
     embedding_model: Mapped[str | None] = mapped_column(Text)
 
 
+class RestoredEvictionRow(Base):
+    """An eviction that was restored, and as which memory: lets a redelivered restore
+    by eviction number answer with that memory (``maintenance.restoring``)."""
+
+    __tablename__ = "restored_evictions"
+
+    eviction_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    restored_at: Mapped[datetime] = _now()
+
+
 class AgentTermStatsRow(Base):
     """Per large agent: how many memories its lexeme counts (``agent_terms``) cover."""
 

@@ -9,6 +9,7 @@ from typing import Any
 from memoryd import validation as check
 from memoryd.errors import NotFound, ValidationError
 from memoryd.memory import reports
+from memoryd.memory.maintenance import already_restored
 from memoryd.memory.maintenance import restore as restore_evicted
 from memoryd.tasks.base import MemorydTask, dump, get_store
 from memoryd.worker import app
@@ -39,24 +40,17 @@ def embeddings() -> Any:
 
 @app.task(name="memoryd.admin.restore", base=MemorydTask)
 def restore(target: int | str) -> str:
-    """Put an evicted memory back; returns its id. Idempotent for a memory id: when a
-    redelivered message finds the eviction already undone, it returns the restored
-    memory's id (an eviction number cannot be traced after its restore)."""
+    """Put an evicted memory back; returns its id. Idempotent: a redelivered message
+    that finds the eviction already undone, by eviction number or memory id, returns
+    the restored memory's id (``maintenance.already_restored``)."""
     if isinstance(target, bool) or not isinstance(target, int | str):
         raise ValidationError("id", "must be an eviction number or a memory id")
     ref: int | str = target if isinstance(target, int) else str(check.uuid_of("id", target))
+    store = get_store()
     try:
-        return str(restore_evicted(get_store(), ref))
+        return str(restore_evicted(store, ref))
     except NotFound:
-        if isinstance(ref, str) and _exists(ref):
-            return ref
-        raise
-
-
-def _exists(memory_id: str) -> bool:
-    from sqlalchemy import text
-
-    with get_store().session() as session:
-        found = session.execute(text("SELECT 1 FROM memories WHERE id = CAST(:m AS uuid)"),
-                                {"m": memory_id}).first()
-    return found is not None
+        found = already_restored(store, ref)
+        if found is None:
+            raise
+        return str(found)

@@ -9,12 +9,14 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from memoryd.errors import ValidationError
-from memoryd.memory.maintenance import restore, run_job
+from memoryd.errors import NotFound, ValidationError
+from memoryd.memory.maintenance import already_restored, restore, run_job
+from memoryd.memory.maintenance.restoring import RESTORED_KEEP_DAYS
 from memoryd.memory.store import MemoryStore
 from tests.support.maint import (
     add,
@@ -138,6 +140,58 @@ def test_restore_and_store_again_after_eviction(store: MemoryStore) -> None:
     # Eviction freed the content's dedup hash: the same content can be stored anew.
     again = store.store("a", "The client might prefer weekly reports.")
     assert again.stored and not again.duplicate
+
+
+def _eviction_number(store: MemoryStore, memory_id: uuid.UUID) -> int:
+    with store.session() as session:
+        return int(session.execute(text(
+            "SELECT eviction_id FROM evicted_memories WHERE memory_id = :m"),
+            {"m": memory_id}).scalar_one())
+
+
+def test_a_restored_eviction_number_is_remembered_as_its_memory(store: MemoryStore) -> None:
+    ids = _retention_fixture(store)
+    run(store, "evict")
+    number = _eviction_number(store, ids["old_trivial"])
+    assert already_restored(store, number) is None  # not restored yet
+    assert restore(store, number) == ids["old_trivial"]
+    assert already_restored(store, number) == ids["old_trivial"]
+    with pytest.raises(NotFound):  # an operator restoring twice is told
+        restore(store, number)
+    store.forget("a", ids["old_trivial"])
+    assert already_restored(store, number) is None  # gone again: nothing to answer with
+    assert already_restored(store, number + 1000) is None
+
+
+def test_restored_eviction_numbers_are_forgotten_after_a_week(store: MemoryStore) -> None:
+    ids = _retention_fixture(store)
+    run(store, "evict")
+    first = _eviction_number(store, ids["old_trivial"])
+    restore(store, first)
+    with store.session() as session:
+        session.execute(text("UPDATE restored_evictions SET restored_at = now() - "
+                             f"interval '{RESTORED_KEEP_DAYS} days 1 hour'"))
+    second = _eviction_number(store, ids["doubtful"])
+    restore(store, second)  # a restore forgets the old numbers
+    assert already_restored(store, first) is None
+    assert already_restored(store, second) == ids["doubtful"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_the_restore_task_answers_a_redelivery_with_the_memory_it_restored(
+        store: MemoryStore, client: Any) -> None:
+    ids = _retention_fixture(store)
+    run(store, "evict")
+    number = _eviction_number(store, ids["old_trivial"])
+    # The same message delivered twice (a worker killed before its ack): both answers
+    # name the restored memory, by eviction number and by memory id alike.
+    assert client.restore(number) == ids["old_trivial"]
+    assert client.restore(number) == ids["old_trivial"]
+    assert client.restore(ids["old_trivial"]) == ids["old_trivial"]
+    assert store.get("a", ids["old_trivial"]).content == (
+        "The coffee machine was cleaned on Monday.")
+    with pytest.raises(NotFound):
+        client.restore(number + 1000)
 
 
 def test_purge_after_retention(store: MemoryStore) -> None:

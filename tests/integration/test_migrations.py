@@ -20,10 +20,10 @@ from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.memory.rows import STORED_COLUMNS
 
-HEAD = "0012"
+HEAD = "0013"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_term_stats", "agent_terms", "api_keys",
-          "dead_letters"}
+          "dead_letters", "restored_evictions"}
 
 
 def _admin_dsn(server: EmbeddedPostgres) -> str:

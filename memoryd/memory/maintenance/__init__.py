@@ -7,8 +7,8 @@ records the run in ``maintenance_runs`` and calls the job function;
 """
 
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
-from memoryd.memory.maintenance.restoring import restore
+from memoryd.memory.maintenance.restoring import already_restored, restore
 from memoryd.memory.maintenance.runner import RunRecord, run_job, run_to_completion
 
-__all__ = ["JobContext", "JobOutcome", "RunRecord", "restore", "run_job",
-           "run_to_completion"]
+__all__ = ["JobContext", "JobOutcome", "RunRecord", "already_restored", "restore",
+           "run_job", "run_to_completion"]

@@ -13,6 +13,10 @@ from memoryd.memory.rows import STORED_COLUMNS
 if TYPE_CHECKING:
     from memoryd.memory.store import MemoryStore
 
+# How long a restored eviction number is remembered (``already_restored``): a redelivered
+# restore message comes within hours, and the rows are small.
+RESTORED_KEEP_DAYS = 7
+
 # What a restored memory gets instead of its stored value: it counts as changed now,
 # no longer expires (or it would be expired again at once), and its embedding was
 # kept in a column of its own (as was its model, for memories evicted before migration
@@ -25,6 +29,19 @@ _INSERT = text(f"""
     FROM evicted_memories e,
          jsonb_populate_record(NULL::memories, e.data) r
     WHERE e.eviction_id = :eid
+""")
+# The memory's eviction rows are removed, and each of their numbers remembered as
+# restored (the numbers are never reused, so a conflict is a restore seen twice).
+_REMOVE = text("""
+    WITH gone AS (DELETE FROM evicted_memories WHERE memory_id = :m
+                  RETURNING eviction_id, memory_id)
+    INSERT INTO restored_evictions (eviction_id, memory_id)
+    SELECT eviction_id, memory_id FROM gone
+    ON CONFLICT (eviction_id) DO NOTHING
+""")
+_FORGET_OLD = text(f"""
+    DELETE FROM restored_evictions
+    WHERE restored_at < now() - interval '{RESTORED_KEEP_DAYS} days'
 """)
 
 
@@ -46,6 +63,18 @@ def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
         except IntegrityError:
             raise ValidationError("memory_id", "its content, key or id is in use again; "
                                   "forget the newer memory first") from None
-        session.execute(text("DELETE FROM evicted_memories WHERE memory_id = :m"),
-                        {"m": row.memory_id})
+        session.execute(_REMOVE, {"m": row.memory_id})
+        session.execute(_FORGET_OLD)
         return row.memory_id
+
+
+def already_restored(store: MemoryStore, eviction_or_memory_id: int | str) -> Any | None:
+    """The memory that a restore of this eviction number or memory id finds already in
+    place (a restore that ran before), or None: by number, the memory it was restored
+    as (within ``RESTORED_KEEP_DAYS``), if that memory is still there; by memory id,
+    that memory, if it is there."""
+    sql = ("SELECT m.id FROM restored_evictions r JOIN memories m ON m.id = r.memory_id "
+           "WHERE r.eviction_id = :v" if isinstance(eviction_or_memory_id, int)
+           else "SELECT id FROM memories WHERE id = CAST(:v AS uuid)")
+    with store.session() as session:
+        return session.execute(text(sql), {"v": eviction_or_memory_id}).scalar()
