@@ -19,17 +19,22 @@ changes nothing.
 
 Merge. Memories new or changed since the previous sweep (by ``updated_at``, which
 every insert, edit and merge sets) are each compared with their nearest neighbours of
-the same agent through the HNSW index. Pairs with cosine >= ``merge_threshold`` are
-merged into the better memory: protected (decision or pinned) first, then most
+the same agent through the HNSW index. Pairs with cosine >= ``merge_threshold`` that state
+the same facts (``memoryd.memory.facts``: numbers, dates, identifiers, names and
+negations; "Order 4411 shipped" never merges into "Order 4412 shipped") are merged into
+the better memory: protected (decision or pinned) first, then most
 important, then most recent. Protected memories are never merged away. See
 ``merging`` for what the survivor keeps; merged rows go to
 ``evicted_memories`` with reason ``merged``. The sweep walks (updated_at, id) in
-keyset order and is checkpointed like the decay pass. ``merge=False`` runs the decay
+keyset order and is checkpointed like the decay pass. Close pairs left alone for stating
+different facts are counted in ``skipped_distinct_facts`` (once per batch that finds
+them). ``merge=False`` runs the decay
 pass alone (the merge sweep keeps its checkpoint for the next run that merges).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,6 +42,7 @@ from typing import Any
 from sqlalchemy import text
 
 from memoryd.errors import ValidationError
+from memoryd.memory.facts import same_facts
 from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpoint, valid_state
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.maintenance.heap import heap_window
@@ -76,7 +82,8 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
         merge_threshold=number("merge_threshold", merge_threshold, 0.5, 1),
         interval=timedelta(hours=number("decay_interval_hours", decay_interval_hours, 0)))
     checkpoint = load_checkpoint(ctx, "consolidate")
-    stats: dict[str, Any] = {"decayed": 0, "compared": 0, "merged": 0}
+    stats: dict[str, Any] = {"decayed": 0, "compared": 0, "merged": 0,
+                             "skipped_distinct_facts": 0}
     decay_pass, stats["decay"] = _decay_pass(ctx, checkpoint.get("decay"), opts.interval)
     if decay_pass is not None:
         checkpoint["decay"] = decay_pass
@@ -86,7 +93,8 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
     if not merge:  # decay only; the merge sweep's checkpoint is left as it was
         return JobOutcome({**stats, "checkpoint": checkpoint})
     checkpoint["merge"] = _merge_sweep(ctx, checkpoint.get("merge"))
-    stats["compared"], stats["merged"], complete = _merge(ctx, checkpoint, opts)
+    (stats["compared"], stats["merged"], stats["skipped_distinct_facts"],
+     complete) = _merge(ctx, checkpoint, opts)
     return JobOutcome({**stats, "checkpoint": checkpoint}, complete)
 
 
@@ -244,10 +252,11 @@ def _merge_sweep(ctx: JobContext, previous: object) -> dict[str, Any]:
 
 
 def _merge(ctx: JobContext, checkpoint: dict[str, Any],
-           opts: _Options) -> tuple[int, int, bool]:
-    """Run the sweep in ``checkpoint['merge']`` on; (compared, merged, sweep finished)."""
+           opts: _Options) -> tuple[int, int, int, bool]:
+    """Run the sweep in ``checkpoint['merge']`` on; (compared, merged, close pairs left
+    alone for stating different facts, sweep finished)."""
     sweep = checkpoint["merge"]
-    compared = merged = 0
+    compared = merged = distinct = 0
     while True:
         with ctx.store.session() as session:
             rows = session.execute(text(f"""
@@ -261,26 +270,28 @@ def _merge(ctx: JobContext, checkpoint: dict[str, Any],
             """), {"after_ts": sweep["after_ts"], "after_id": sweep["after_id"],
                    "agent_id": ctx.agent_id, "batch": ctx.batch_size}).all()
         compared += len(rows)
-        merged += _merge_batch(ctx, [r.id for r in rows], sweep, opts)
+        batch_merged, batch_distinct = _merge_batch(ctx, [r.id for r in rows], sweep, opts)
+        merged, distinct = merged + batch_merged, distinct + batch_distinct
         if rows:
             sweep["after_ts"], sweep["after_id"] = rows[-1].updated_at.isoformat(), str(rows[-1].id)
         sweep["done"] = len(rows) < ctx.batch_size
         with ctx.store.session() as session:
             save_checkpoint(session, ctx, checkpoint)
         if sweep["done"]:
-            return compared, merged, True
+            return compared, merged, distinct, True
         # A dry run has no checkpoint to resume from, so it never stops half-way.
         if ctx.out_of_time() and not ctx.dry_run:
-            return compared, merged, False
+            return compared, merged, distinct, False
 
 
 _RANK = "ROW({a}.pinned OR {a}.category = 'decision', {a}.importance, {a}.created_at, {a}.id)"
 
 # For each memory x of the batch, its nearest neighbours of the same agent and
-# embedding model (HNSW; vectors of two models are never compared);
-# each close pair makes an edge from the worse memory (loser) to the better one; each
-# loser keeps its best winner; protected losers are dropped.
-_BEST = f"""
+# embedding model (HNSW; vectors of two models are never compared); each close pair is
+# an edge from the worse memory (loser) to the better one, with what planning needs:
+# both contents (the facts check), the winner's rank, and whether the loser is in scope
+# for a dry run (its own batch covers it, or the sweep does not).
+_EDGES = f"""
 WITH x AS (
     SELECT m.id, m.agent_id, m.embedding, m.embedding_model FROM memories m
     WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.archived_at IS NULL
@@ -297,45 +308,74 @@ WITH x AS (
            CASE WHEN s.a_wins THEN s.a ELSE s.b END AS winner, s.sim
     FROM (SELECT near.*, {_RANK.format(a="a")} > {_RANK.format(a="b")} AS a_wins
           FROM near JOIN memories a ON a.id = near.a JOIN memories b ON b.id = near.b) s
-), best AS (
-    SELECT DISTINCT ON (e.loser) e.loser, e.winner, e.sim
-    FROM edges e JOIN memories l ON l.id = e.loser JOIN memories w ON w.id = e.winner
-    WHERE NOT {protected("l")}
-    ORDER BY e.loser, {protected("w")} DESC, w.importance DESC, w.created_at DESC, w.id DESC
-)"""
-# Merge only into winners that are not losers themselves ("root"); a chain resolves
-# over the next rounds of the same batch.
-_PLAN = _BEST + """
-SELECT b.loser, b.winner, b.sim, NOT EXISTS (SELECT 1 FROM best o WHERE o.loser = b.winner)
-       AS root
-FROM best b"""
-# A dry run counts each loser once: in its own batch when the sweep covers it, else
-# where it is found. (Chains can make this an overestimate.)
-_WOULD_MERGE = _BEST + """
-SELECT count(*) FROM best b JOIN memories l ON l.id = b.loser
-WHERE l.id = ANY(CAST(:ids AS uuid[])) OR l.updated_at < CAST(:since AS timestamptz)"""
+)
+SELECT e.loser, e.winner, e.sim, l.content AS l_content, w.content AS w_content,
+       l.content_hash AS l_hash, w.content_hash AS w_hash, {protected("l")} AS l_protected,
+       {protected("w")} AS w_protected, w.importance AS w_importance,
+       w.created_at AS w_created_at,
+       l.id = ANY(CAST(:ids AS uuid[])) OR l.updated_at < CAST(:since AS timestamptz)
+           AS in_scope
+FROM edges e JOIN memories l ON l.id = e.loser JOIN memories w ON w.id = e.winner"""
+
+
+@dataclass
+class _Plan:
+    """One round's plan: each unprotected loser's best winner among the pairs that state
+    the same facts, and the pairs left alone because they do not."""
+
+    best: dict[Any, Any]
+    distinct: set[frozenset[Any]]
+
+    def roots(self) -> list[Merge]:
+        """Merges into winners that are not losers themselves; a chain resolves over
+        the next rounds of the same batch."""
+        return [Merge(r.loser, r.winner, float(r.sim), r.l_hash, r.w_hash)
+                for r in self.best.values() if r.winner not in self.best]
+
+
+def _plan(edges: Sequence[Any]) -> _Plan:
+    """Keep each loser's best winner (protected first, then most important, then most
+    recent) of those whose content states the same facts as its own."""
+    plan = _Plan({}, set())
+    for edge in edges:
+        if not same_facts(edge.l_content, edge.w_content):
+            plan.distinct.add(frozenset((edge.loser, edge.winner)))
+        elif not edge.l_protected:
+            known = plan.best.get(edge.loser)
+            if known is None or _winner_rank(edge) > _winner_rank(known):
+                plan.best[edge.loser] = edge
+    return plan
+
+
+def _winner_rank(edge: Any) -> tuple[Any, ...]:
+    return edge.w_protected, edge.w_importance, edge.w_created_at, edge.winner
 
 
 def _merge_batch(ctx: JobContext, ids: list[Any], sweep: dict[str, Any],
-                 opts: _Options) -> int:
-    """Merge the near-duplicates of one batch, a round per transaction, until none is left."""
+                 opts: _Options) -> tuple[int, int]:
+    """Merge the near-duplicates of one batch, a round per transaction, until none is
+    left; (merged, close pairs left alone for stating different facts)."""
     if not ids:
-        return 0
+        return 0, 0
     params = {"ids": ids, "threshold": opts.merge_threshold, "since": sweep["since"]}
     total = 0
+    distinct: set[frozenset[Any]] = set()
     while True:
         with ctx.store.session() as session:
             # The agent filter is applied while walking the index, not after it.
             session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+            plan = _plan(session.execute(text(_EDGES), params).all())
+            distinct |= plan.distinct
             if ctx.dry_run:
-                return int(session.execute(text(_WOULD_MERGE), params).scalar_one())
-            rows = session.execute(text(_PLAN), params).all()
-            roots = [Merge(r.loser, r.winner, float(r.sim)) for r in rows if r.root]
+                # Each loser counted once: in its own batch when the sweep covers it,
+                # else where it is found. (Chains can make this an overestimate.)
+                return sum(1 for r in plan.best.values() if r.in_scope), len(distinct)
+            roots = plan.roots()
             merged = merge_into(session, ctx, roots, "merged",
                                 "l.embedding_model = s.embedding_model "
                                 "AND 1 - (l.embedding <=> s.embedding) >= :threshold",
                                 {"threshold": opts.merge_threshold})
         total += merged
         # Most batches have no chains: one round, without planning the batch again.
-        if merged == 0 or len(roots) == len(rows):
-            return total
+        if merged == 0 or len(roots) == len(plan.best):
+            return total, len(distinct)

@@ -4,7 +4,10 @@ Per agent, live (non-archived) memories whose normalized content is
 identical (lowercased, every run of punctuation and whitespace made one space,
 trimmed) are merged into one survivor: the most recently created, except that a
 decision or pinned memory in the group always survives, and is never merged away
-(two of them in a group both stay). See ``merging`` for what a merge keeps.
+(two of them in a group both stay). Two memories of a group whose facts differ
+(``memoryd.memory.facts``: "-5 degrees" and "5 degrees", "4.5" and "4,5", "C++" and
+"C" normalize alike) are not merged; they are counted in ``skipped_distinct_facts``.
+See ``merging`` for what a merge keeps.
 
 Memories are compared by ``content_norm_hash``, the md5 of the normalized content that
 PostgreSQL stores with each memory (migration 0004; ``normalized`` is the same
@@ -21,14 +24,16 @@ after a finished sweep starts a new one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
+from memoryd.memory.facts import Facts, facts_of
 from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpoint, valid_state
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
-from memoryd.memory.maintenance.merging import merge_planned
+from memoryd.memory.maintenance.merging import Merge, merge_into
 from memoryd.memory.maintenance.params import check_batch_size
 from memoryd.memory.maintenance.sql import NIL_UUID, commit_without_waiting, protected
 
@@ -43,9 +48,9 @@ def normalized(alias: str) -> str:
 # --- the job ------------------------------------------------------------------------
 # Groups are found from ix_memories_agent_norm_hash alone (an index-only scan of agent and
 # stored hash, migration 0004); only the rows of groups of two or more memories are read
-# from the table. One statement per batch picks the next groups after the sweep's
-# position, ranks their rows and merges the losers; the position is checkpointed in the
-# same transaction.
+# from the table. Per batch, one statement picks the next groups after the sweep's
+# position and reads their rows, the facts of each pair are compared, and one statement
+# merges the losers; the position is checkpointed in the same transaction.
 
 
 def _groups_sql(ctx: JobContext) -> str:
@@ -59,19 +64,16 @@ def _groups_sql(ctx: JobContext) -> str:
         GROUP BY m.agent_id, m.content_norm_hash HAVING count(*) > 1"""
 
 
-def _losers_sql(groups: str) -> str:
-    """Losers (with their survivor) among the groups in CTE ``groups``."""
-    return f"""
-        SELECT r.id AS loser, r.survivor, CAST(1 AS float8) AS score FROM (
-            SELECT m.id, {protected()} AS protected, first_value(m.id) OVER w AS survivor,
-                   row_number() OVER w AS rn
-            FROM {groups} g JOIN memories m
-              ON m.agent_id = g.agent_id AND m.content_norm_hash = g.hash
-            WHERE m.archived_at IS NULL
-            WINDOW w AS (PARTITION BY m.agent_id, m.content_norm_hash
-                         ORDER BY {protected()} DESC, m.created_at DESC, m.id DESC)
-        ) r
-        WHERE r.rn > 1 AND NOT r.protected"""
+# The live rows of the picked groups, best first (decision or pinned, then newest), with
+# where the batch ends (one row of NULLs when no live row is left).
+_MEMBERS = """
+SELECT rep.*, r.* FROM (SELECT TRUE {report}) rep LEFT JOIN (
+    SELECT m.id, m.agent_id, m.content_norm_hash AS hash, m.content, m.content_hash,
+           {protected} AS protected, m.created_at
+    FROM picked g JOIN memories m ON m.agent_id = g.agent_id AND m.content_norm_hash = g.hash
+    WHERE m.archived_at IS NULL
+) r ON TRUE
+ORDER BY r.agent_id, r.hash, r.protected DESC, r.created_at DESC, r.id DESC"""
 
 
 # The batch's groups: the next ones after the sweep's position holding at most :batch
@@ -99,38 +101,86 @@ _STILL_DUPLICATES = "l.content_norm_hash = s.content_norm_hash"
 _NEW_SWEEP = {"after_agent": "", "after_hash": NIL_UUID, "done": False}
 
 
-def _would_merge(ctx: JobContext, sweep: Mapping[str, Any]) -> int:
-    """What the rest of the sweep would merge (a dry run: one read, no batches)."""
-    with ctx.store.session() as session:
-        return int(session.execute(text(
-            f"WITH g AS ({_groups_sql(ctx)}) SELECT count(*) FROM ({_losers_sql('g')}) d"), {
-            "lo_agent": sweep["after_agent"], "lo_hash": sweep["after_hash"],
-            "agent_id": ctx.agent_id}).scalar_one())
+def _read_batch(ctx: JobContext, session: Session, sweep: Mapping[str, Any]) -> list[Any]:
+    """The next batch's groups after the sweep's position: their live rows, each carrying
+    where the batch ends."""
+    return list(session.execute(text(
+        f"WITH {_PICK.format(groups=_groups_sql(ctx))[:-1]} "
+        + _MEMBERS.format(report=_REPORT, protected=protected())), {
+        "lo_agent": sweep["after_agent"], "lo_hash": sweep["after_hash"],
+        "agent_id": ctx.agent_id, "batch": ctx.batch_size,
+        "groups": max(1, ctx.batch_size // 2)}).all())
 
 
-def _merge_batch(ctx: JobContext, sweep: dict[str, Any]) -> int:
-    """Merge the next batch of groups and move the sweep on, in one transaction."""
+def _plan(rows: Sequence[Any]) -> tuple[list[Merge], int]:
+    """Each group's losers with their survivors, and how many memories stay apart for
+    stating other facts. In each group, best first, a memory merges into the first
+    survivor so far that states the same facts (``memoryd.memory.facts``: "-5" and "5",
+    or "4.5" and "4,5", normalize alike but are different facts); otherwise, and always
+    when protected, it survives."""
+    merges: list[Merge] = []
+    distinct = 0
+    survivors: list[tuple[Any, Facts]] = []
+    group = None
+    for row in rows:
+        if row.id is None:
+            continue
+        if (row.agent_id, row.hash) != group:
+            group, survivors = (row.agent_id, row.hash), []
+        facts = facts_of(row.content)
+        into = None if row.protected else next(
+            (s for s, f in survivors if f.same_as(facts)), None)
+        if into is not None:
+            merges.append(Merge(row.id, into.id, 1.0, row.content_hash, into.content_hash))
+        else:
+            distinct += bool(survivors) and not row.protected
+            survivors.append((row, facts))
+    return merges, distinct
+
+
+def _advance(sweep: dict[str, Any], report: Any) -> None:
+    """Move the sweep past the batch ``report`` describes."""
+    if report.empty:
+        sweep.update(_NEW_SWEEP, done=True)
+    else:
+        sweep.update(after_agent=str(report.last_agent), after_hash=str(report.last_hash),
+                     done=bool(report.at_end))
+
+
+def _would_merge(ctx: JobContext, sweep: dict[str, Any]) -> tuple[int, int]:
+    """What the rest of the sweep would merge, and keep apart for other facts (a dry run:
+    the same batches, read only)."""
+    merged = distinct = 0
+    while not sweep["done"]:
+        with ctx.store.session() as session:
+            rows = _read_batch(ctx, session, sweep)
+        merges, kept = _plan(rows)
+        merged, distinct = merged + len(merges), distinct + kept
+        _advance(sweep, rows[0])
+    return merged, distinct
+
+
+def _merge_batch(ctx: JobContext, sweep: dict[str, Any]) -> tuple[int, int]:
+    """Merge the next batch of groups and move the sweep on, in one transaction;
+    (merged, kept apart for other facts)."""
     with ctx.store.session() as session:
         commit_without_waiting(session)
-        row = merge_planned(
-            session, ctx, f"{_losers_sql('picked')} ORDER BY r.id LIMIT :batch", {
-                "lo_agent": sweep["after_agent"], "lo_hash": sweep["after_hash"],
-                "agent_id": ctx.agent_id, "batch": ctx.batch_size,
-                "groups": max(1, ctx.batch_size // 2)},
-            "duplicate", _STILL_DUPLICATES,
-            prelude=_PICK.format(groups=_groups_sql(ctx)), report=_REPORT)
-        if row.empty:
-            sweep.update(_NEW_SWEEP, done=True)
+        rows = _read_batch(ctx, session, sweep)
+        merges, distinct = _plan(rows)
+        planned = sorted(merges, key=lambda m: m.loser)[:ctx.batch_size]
+        merged = merge_into(session, ctx, planned, "duplicate", _STILL_DUPLICATES)
         # A group larger than a batch stays where it is until merged (or it merged nothing).
-        elif int(row.planned) < ctx.batch_size or int(row.merged) == 0:
-            sweep.update(after_agent=str(row.last_agent), after_hash=str(row.last_hash),
-                         done=bool(row.at_end))
+        if rows[0].empty or len(planned) < ctx.batch_size or merged == 0:
+            _advance(sweep, rows[0])
+        else:
+            distinct = 0  # counted when the group's last batch is planned
         save_checkpoint(session, ctx, {"sweep": sweep})
-    return int(row.merged)
+    return merged, distinct
 
 
 def deduplicate(ctx: JobContext) -> JobOutcome:
-    """Merge memories of one agent whose normalized content is identical."""
+    """Merge memories of one agent whose normalized content is identical and whose facts
+    are the same."""
     check_batch_size(ctx)
     # A dry run starts where a real run would, and reports what that run would merge.
     previous = valid_state(load_checkpoint(ctx, "deduplicate").get("sweep"),
@@ -139,13 +189,15 @@ def deduplicate(ctx: JobContext) -> JobOutcome:
     sweep: dict[str, Any] = (previous if previous is not None and resumed
                              else dict(_NEW_SWEEP))
     if ctx.dry_run:
-        merged = _would_merge(ctx, sweep)
-        return JobOutcome({"merged": merged, "resumed": resumed,
-                           "checkpoint": {"sweep": sweep}})
-    merged = 0
+        merged, distinct = _would_merge(ctx, dict(sweep))
+        return JobOutcome({"merged": merged, "skipped_distinct_facts": distinct,
+                           "resumed": resumed, "checkpoint": {"sweep": sweep}})
+    merged = distinct = 0
     while not sweep["done"]:
-        merged += _merge_batch(ctx, sweep)
+        batch_merged, batch_distinct = _merge_batch(ctx, sweep)
+        merged, distinct = merged + batch_merged, distinct + batch_distinct
         if ctx.out_of_time():
             break
-    stats = {"merged": merged, "resumed": resumed, "checkpoint": {"sweep": sweep}}
+    stats = {"merged": merged, "skipped_distinct_facts": distinct, "resumed": resumed,
+             "checkpoint": {"sweep": sweep}}
     return JobOutcome(stats, complete=bool(sweep["done"]))

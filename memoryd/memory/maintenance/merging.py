@@ -1,5 +1,7 @@
 """Merging memories into survivors, shared by ``deduplicate`` (identical content) and
-``consolidate`` (near-duplicates by embedding).
+``consolidate`` (near-duplicates by embedding). Both merge only pairs that state the
+same facts (``memoryd.memory.facts``), and a pair goes only while both contents are
+those compared.
 
 A merge folds the loser into its survivor (tags, access counts, importance, confidence,
 last access), links survivor -> loser (``derived_from``) and moves the loser to
@@ -23,11 +25,14 @@ from memoryd.memory.maintenance.sql import protected
 
 @dataclass(frozen=True)
 class Merge:
-    """Fold ``loser`` into ``survivor`` (same agent); ``score`` goes on the link."""
+    """Fold ``loser`` into ``survivor`` (same agent); ``score`` goes on the link. The
+    content hashes are those of the contents whose facts were compared (``facts``)."""
 
     loser: uuid.UUID
     survivor: uuid.UUID
-    score: float = 1.0
+    score: float
+    loser_hash: str
+    survivor_hash: str
 
 
 # One statement merges a whole plan: the pairs never make a round trip through Python,
@@ -44,7 +49,7 @@ class Merge:
 #   linked: survivor -> loser ('derived_from'); the loser's own other links go.
 # (%-formatted: the SQL holds braces.)
 _MERGE = """
-WITH %(prelude)s p AS MATERIALIZED (%(plan)s),
+WITH p AS MATERIALIZED (%(plan)s),
 v AS MATERIALIZED (
     SELECT p.loser, p.survivor, p.score, s.importance AS s_importance,
            s.confidence AS s_confidence, s.last_accessed_at AS s_last_accessed_at,
@@ -83,10 +88,14 @@ v AS MATERIALIZED (
     SELECT g.agent_id, g.survivor, g.loser, 'derived_from', g.score FROM gone g
     ON CONFLICT DO NOTHING
 ), %(move)s
-SELECT (SELECT count(*) FROM p) AS planned, (SELECT count(*) FROM moved) AS merged %(report)s"""
+SELECT (SELECT count(*) FROM p) AS planned, (SELECT count(*) FROM moved) AS merged"""
 
 _PLAN = """SELECT p.* FROM unnest(CAST(:losers AS uuid[]), CAST(:survivors AS uuid[]),
-                             CAST(:scores AS float8[])) AS p(loser, survivor, score)"""
+                             CAST(:scores AS float8[]), CAST(:loser_hashes AS text[]),
+                             CAST(:survivor_hashes AS text[]))
+           AS p(loser, survivor, score, loser_hash, survivor_hash)"""
+# The facts were compared on these contents: an edit since voids the pair.
+_UNCHANGED = "l.content_hash = p.loser_hash AND s.content_hash = p.survivor_hash"
 
 
 def fold(tags: str = "a.tags") -> str:
@@ -101,29 +110,30 @@ def fold(tags: str = "a.tags") -> str:
 
 
 def merge_planned(session: Session, ctx: JobContext, plan_sql: str,
-                  params: Mapping[str, Any], reason: str, still_valid: str = "TRUE", *,
-                  prelude: str = "", report: str = "") -> Any:
+                  params: Mapping[str, Any], reason: str, still_valid: str = "TRUE") -> Any:
     """Merge the pairs ``plan_sql`` selects (columns loser, survivor, score) inside the
     caller's transaction: fold each loser into its survivor, link survivor -> loser
     ('derived_from'), and move the loser to ``evicted_memories`` with ``reason``.
-    ``still_valid`` is SQL over the aliases ``l`` (loser) and ``s`` (survivor). Survivors
-    must not be losers too. ``prelude`` (CTEs, each followed by a comma) comes before
-    the plan, and ``report`` adds columns to the result row, which has ``planned`` (pairs)
-    and ``merged`` (memories moved)."""
-    statement = text(_MERGE % {"prelude": prelude, "plan": plan_sql,
-                               "protected": protected("l"), "still_valid": still_valid,
-                               "move": MOVE_GONE, "report": report, "fold": fold()})
+    ``still_valid`` is SQL over the aliases ``l`` (loser), ``s`` (survivor) and ``p``
+    (the plan's row). Survivors must not be losers too. The result row has ``planned``
+    (pairs) and ``merged`` (memories moved)."""
+    statement = text(_MERGE % {"plan": plan_sql, "protected": protected("l"),
+                               "still_valid": still_valid, "move": MOVE_GONE,
+                               "fold": fold()})
     return session.execute(statement, {**params, "reason": reason,
                                        "run_id": ctx.run_id}).one()
 
 
 def merge_into(session: Session, ctx: JobContext, merges: Sequence[Merge], reason: str,
                still_valid: str = "TRUE", params: Mapping[str, Any] | None = None) -> int:
-    """``merge_planned`` for a list of pairs; returns the memories merged."""
+    """``merge_planned`` for a list of pairs whose contents are still those planned on;
+    returns the memories merged."""
     if not merges:
         return 0
     row = merge_planned(session, ctx, _PLAN, {
         **(params or {}), "losers": [m.loser for m in merges],
         "survivors": [m.survivor for m in merges], "scores": [m.score for m in merges],
-    }, reason, still_valid)
+        "loser_hashes": [m.loser_hash for m in merges],
+        "survivor_hashes": [m.survivor_hash for m in merges],
+    }, reason, f"({still_valid}) AND {_UNCHANGED}")
     return int(row.merged)

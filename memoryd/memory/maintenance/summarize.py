@@ -6,6 +6,14 @@ group of ``min_group`` or more becomes one ``summary`` memory keyed
 ``summary:<group>:<YYYY-MM-DD>``; the originals are archived (recall skips them by
 default) and linked from the summary with ``derived_from`` links, so nothing is lost.
 
+The extractive fallback (no LLM configured) keeps leading sentences within
+``summary_chars``, so it can drop what later originals state: with it, an original is
+archived only when the summary states all its facts (numbers, dates, identifiers, names,
+negations: ``memoryd.memory.facts``); the others stay live (counted in
+``skipped_distinct_facts``) and are summarized by a later run, or never. An LLM summary
+is trusted to keep them (its prompt asks for names, numbers and dates); its paraphrases
+cannot be checked word for word.
+
 Decisions, pinned memories and existing summaries are never summarized. Each chunk of
 a group (at most ``max_group`` originals) is written in its own transaction: the
 summary, the archiving and the links commit together or not at all.
@@ -14,7 +22,7 @@ summary, the archiving and the links commit together or not at all.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +31,7 @@ from sqlalchemy import text
 
 from memoryd.memory import llm as llm_mod
 from memoryd.memory import writes
+from memoryd.memory.facts import carries, facts_of
 from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
 from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
 from memoryd.memory.maintenance.params import integer
@@ -53,11 +62,13 @@ class _Stats:
     archived: int = 0
     summaries: int = 0
     groups: int = 0
-    skipped: int = 0  # chunks left alone because an original changed meanwhile
+    skipped: int = 0  # chunks left alone: an original changed meanwhile, or no fact carried
+    skipped_distinct_facts: int = 0  # originals left live: the summary drops a fact of theirs
 
     def as_dict(self) -> dict[str, Any]:
         return {"archived": self.archived, "summaries": self.summaries,
-                "groups": self.groups, "skipped": self.skipped}
+                "groups": self.groups, "skipped": self.skipped,
+                "skipped_distinct_facts": self.skipped_distinct_facts}
 
 
 def summarize(ctx: JobContext, older_than_days: int = 30, min_group: int = 2,
@@ -127,7 +138,7 @@ def _dry_run_counts(ctx: JobContext, opts: _Options) -> dict[str, Any]:
             FROM ({_group_sql(ctx)}) q"""),
             {**_params(ctx, opts), "max_group": opts.max_group}).one()
     return {"archived": int(row.archived), "summaries": int(row.summaries),
-            "groups": int(row.groups), "skipped": 0}
+            "groups": int(row.groups), "skipped": 0, "skipped_distinct_facts": 0}
 
 
 def _summarize_group(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: str,
@@ -142,7 +153,8 @@ def _summarize_group(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: st
             return False
         suffix = f":{day}" if index == 1 else f":{day}:{index}"
         key = bounded(f"summary:{group}{suffix}")
-        archived = _summarize_chunk(ctx, llm, agent_id, group, key, limit, opts)
+        archived, kept = _summarize_chunk(ctx, llm, agent_id, group, key, limit, opts)
+        stats.skipped_distinct_facts += kept
         if archived:
             stats.archived += archived
             stats.summaries += 1
@@ -160,7 +172,8 @@ def chunk_sizes(size: int, most: int) -> list[int]:
 
 
 _CHUNK = f"""
-SELECT m.id, left(m.content, {_CONTENT_CHARS}) AS content, m.content_hash, m.importance
+SELECT m.id, left(m.content, {_CONTENT_CHARS}) AS content, length(m.content) AS chars,
+       m.content_hash, m.importance
 FROM memories m
 WHERE m.agent_id = :agent_id AND {_GROUP} = :grp AND {_ELIGIBLE}
 ORDER BY m.created_at, m.id
@@ -184,8 +197,9 @@ ON CONFLICT DO NOTHING
 
 
 def _summarize_chunk(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: str,
-                     key: str, limit: int, opts: _Options) -> int:
-    """Summarize the oldest ``limit`` originals of a group; returns how many were archived."""
+                     key: str, limit: int, opts: _Options) -> tuple[int, int]:
+    """Summarize the oldest ``limit`` originals of a group; (archived, left live because
+    the summary does not state their facts)."""
     params = {"agent_id": agent_id, "grp": group, "cutoff": opts.cutoff, "now": ctx.now}
     with ctx.store.session() as session:
         rows = session.execute(text(_CHUNK), {**params, "limit": limit}).all()
@@ -194,12 +208,21 @@ def _summarize_chunk(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: st
             "SELECT content FROM memories WHERE agent_id = :agent_id AND key = :key"),
             {"agent_id": agent_id, "key": key}).scalar_one_or_none()
     if len(rows) < opts.min_group:
-        return 0
+        return 0, 0
     texts = ([str(earlier)] if earlier else []) + [str(r.content) for r in rows]
     # The LLM call happens before any write: LLMUnavailable leaves this chunk untouched.
     body = llm_mod.summarize(llm, texts, max_chars=opts.summary_chars)
     if not body.strip():
-        return 0
+        return 0, 0
+    if llm_mod.is_fallback(llm):
+        carried = _carried(body, earlier, rows)
+        if carried is None:
+            return 0, 0
+        rows, kept = carried, len(rows) - len(carried)
+        if not rows:
+            return 0, kept
+    else:
+        kept = 0
     prepared = prepare_memories(ctx, agent_id, [{
         "content": body, "key": key, "category": "summary", "source": "maintenance:summarize",
         "importance": max(float(r.importance) for r in rows),
@@ -208,10 +231,22 @@ def _summarize_chunk(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: st
     with ctx.store.session() as session:
         locked = session.execute(text(_LOCK), {**params, "ids": [r.id for r in rows]}).all()
         if {(r.id, r.content_hash) for r in locked} != read:
-            return 0  # an original was edited, pinned or removed meanwhile: next run
+            return 0, 0  # an original was edited, pinned or removed meanwhile: next run
         summary_id = writes.write(session, prepared)[0].id
         # Should the summary text equal an original, that original *is* the summary.
         ids = [r.id for r in rows if r.id != summary_id]
         session.execute(_ARCHIVE, {"ids": ids, "now": ctx.now})
         session.execute(_LINK, {"agent_id": agent_id, "summary_id": summary_id, "ids": ids})
-    return len(ids)
+    return len(ids), kept
+
+
+def _carried(body: str, earlier: object, rows: Sequence[Any]) -> list[Any] | None:
+    """The originals whose facts the extractive ``body`` states (numbers, dates,
+    identifiers, names, negations: ``memoryd.memory.facts``); None when it drops a fact of
+    the ``earlier`` summary it replaces. An original longer than the excerpt read is never
+    carried whole."""
+    texts = ([str(earlier)] if earlier else []) + [str(r.content) for r in rows]
+    flags = carries(facts_of(body), texts)
+    if earlier and not flags.pop(0):
+        return None
+    return [r for r, ok in zip(rows, flags, strict=True) if ok and r.chars <= _CONTENT_CHARS]

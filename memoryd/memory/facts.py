@@ -1,0 +1,146 @@
+"""Whether two texts state the same facts: the check every merge makes besides similarity.
+
+An embedding puts "Order 4411 shipped" and "Order 4412 shipped" next to each other; a
+merge of the two would answer a recall with the wrong order. So maintenance merges two
+memories only when they state the same facts by this rule:
+
+- the same *fact tokens*, in the same order: numbers (normalised: "4,411" is 4411,
+  "5.00" is 5; a sign, a currency symbol before it or "%" after it is part of it),
+  tokens with a digit in them (dates, times, versions, order numbers, codes, "10:30",
+  "v1.2.3", "2024-03-05"), emails, URLs, UUIDs and words with "+", "#" or "&" in
+  them ("C++"; case ignored), number words
+  ("three"), month and weekday names, and negations ("not", "n't", "no", "never",
+  "without", ...; "doesn't" is "does not");
+- the same *names*: every capitalised word of one, other than a common English word,
+  appears (in any case) in the other ("Alice likes tea" is not "Bob likes tea").
+
+Case, spacing and punctuation that is not part of a number or identifier do not count,
+so true duplicates ("User prefers dark mode." and "user prefers  dark mode") still merge.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = ["Facts", "carries", "facts_of", "same_facts"]
+
+# Cut from the ends of a whitespace-separated token before it is read ("(4411)," is
+# 4411; "#4411" is 4411 too: the sign says "number", it is not part of it).
+_EDGES_LEFT = "\"'([{<#\u2116\u201c\u2018\u00ab"
+_EDGES_RIGHT = "\"')]}>.,;:!?\u2026\u201d\u2019\u00bb"
+# One number with its sign, currency and percent: "4,411" (thousands grouped by
+# commas), "4.5", "-$5.00", "+3%". Anything else with a digit is an identifier.
+_NUMBER = re.compile(
+    "(?P<sign>[-+\u2212])?(?P<cur>[$\u20ac\u00a3\u00a5\u20b9])?(?P<sign2>[-+\u2212])?"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?P<pct>%)?")
+_DIGIT = re.compile(r"\d")
+# Symbols inside a token that make it an identifier: emails, URLs, "C++", "C#", "AT&T".
+_SYMBOL = re.compile(r"[@+#&]|://")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                   re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
+_POSSESSIVE = re.compile(r"'s$")
+
+_NEGATIONS = frozenset({
+    "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor",
+    "without", "cannot", "nope"})
+_NUMBER_WORDS = frozenset({
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+    "eighteen", "nineteen", "twenty", "thirty", "forty", "fifty", "sixty", "seventy",
+    "eighty", "ninety", "hundred", "thousand", "million", "billion", "trillion", "dozen",
+    "half", "once", "twice", "first", "second", "third", "fourth", "fifth", "sixth",
+    "seventh", "eighth", "ninth", "tenth"})
+_DATE_WORDS = frozenset(
+    {name.lower() for name in (*calendar.month_name, *calendar.month_abbr,
+                               *calendar.day_name, *calendar.day_abbr) if name}
+    | {f"{name.lower()}s" for name in calendar.day_name}
+    | {"today", "tomorrow", "yesterday", "tonight", "noon", "midnight", "am", "pm"})
+# Capitalised for being first in a sentence far more often than for being a name.
+_COMMON = frozenset({
+    "a", "an", "the", "this", "that", "these", "those", "it", "its", "i", "i'm", "i've",
+    "i'd", "i'll", "we", "you", "he", "she", "they", "me", "my", "our", "your", "his", "her",
+    "their", "there", "here", "in", "on", "at", "for", "to", "of", "from", "by", "with",
+    "as", "and", "or", "but", "so", "if", "when", "then", "also", "after", "before",
+    "yes", "ok", "okay", "please", "note", "is", "are", "was", "were", "be", "do", "does",
+    "did", "has", "have", "had", "will", "would", "can", "could", "should", "what", "who",
+    "why", "how", "where", "which", "all", "some", "any", "each", "every", "hi", "hello"})
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a text states, as far as merging is concerned (see the module docstring)."""
+
+    tokens: tuple[str, ...]  # fact tokens in order
+    names: frozenset[str]  # capitalised words, lowercased
+    words: frozenset[str]  # every word, lowercased (names are looked up in these)
+
+    def same_as(self, other: Facts) -> bool:
+        """Whether merging the two texts loses no fact."""
+        return (self.tokens == other.tokens and self.names <= other.words
+                and other.names <= self.words)
+
+
+def facts_of(text: str) -> Facts:
+    """The facts of ``text``."""
+    tokens: list[str] = []
+    names: set[str] = set()
+    words: set[str] = set()
+    for raw in text.split():
+        token = raw.lstrip(_EDGES_LEFT).rstrip(_EDGES_RIGHT)
+        if not token:
+            continue
+        lowered = token.lower()
+        if _DIGIT.search(token):
+            tokens.append(_number(token) or lowered)
+        elif _SYMBOL.search(token) or _UUID.fullmatch(token):
+            tokens.append(lowered)
+        for found in _WORD.finditer(token):
+            _read_word(found.group(), tokens, names, words)
+    return Facts(tuple(tokens), frozenset(names), frozenset(words))
+
+
+def _number(token: str) -> str | None:
+    """``token`` as a normalised number ("-$4411.5", "12%"), or None if it is no number."""
+    found = _NUMBER.fullmatch(token)
+    if found is None:
+        return None
+    num = found["num"].replace(",", "")
+    if "." in num:
+        num = num.rstrip("0").rstrip(".")
+    num = num.lstrip("0") or "0"
+    negative = (found["sign"] or found["sign2"] or "") in ("-", "\u2212")
+    return f"{'-' if negative and num != '0' else ''}{found['cur'] or ''}{num}{found['pct'] or ''}"
+
+
+def _read_word(word: str, tokens: list[str], names: set[str], words: set[str]) -> None:
+    lowered = _POSSESSIVE.sub("", word.lower().replace("\u2019", "'"))
+    words.add(lowered)
+    if lowered.endswith("n't"):
+        tokens.append("not")  # "doesn't" is "does not"
+    elif lowered in _NEGATIONS:
+        tokens.append("not" if lowered == "cannot" else lowered)
+    elif lowered in _NUMBER_WORDS or lowered in _DATE_WORDS:
+        tokens.append(lowered)
+    elif word[0].isupper() and lowered not in _COMMON:
+        names.add(lowered)
+
+
+def same_facts(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` state the same facts, so that merging them loses none."""
+    return facts_of(a).same_as(facts_of(b))
+
+
+def carries(summary: Facts, texts: Iterable[str]) -> list[bool]:
+    """For each of ``texts``, whether ``summary`` states all of its facts: each fact token
+    (as often as the text has it, in any order) and each name."""
+    have = Counter(summary.tokens)
+    out = []
+    for text in texts:
+        facts = facts_of(text)
+        out.append(not (Counter(facts.tokens) - have) and facts.names <= summary.words)
+    return out
