@@ -8,9 +8,9 @@ memories only when they state the same facts by this rule:
   "5.00" is 5; a sign, a currency symbol before it or "%" after it is part of it),
   tokens with a digit in them (dates, times, versions, order numbers, codes, "10:30",
   "v1.2.3", "2024-03-05"), emails, URLs, UUIDs and words with "+", "#" or "&" in
-  them ("C++"; case ignored), number words
-  ("three"), month and weekday names, and negations ("not", "n't", "no", "never",
-  "without", ...; "doesn't" is "does not");
+  them ("C++"; case ignored), number words ("three"), month and weekday names,
+  negations ("not", "n't", "no", "never", "without", ...; "doesn't" is "does not")
+  and the marked side of opposite states ("off", "disabled", "failed", "dislikes", ...);
 - the same *names*: every capitalised word of one, other than a common English word,
   appears (in any case) in the other ("Alice likes tea" is not "Bob likes tea").
 
@@ -37,13 +37,12 @@ _EDGES_RIGHT = "\"')]}>.,;:!?\u2026\u201d\u2019\u00bb"
 _NUMBER = re.compile(
     "(?P<sign>[-+\u2212])?(?P<cur>[$\u20ac\u00a3\u00a5\u20b9])?(?P<sign2>[-+\u2212])?"
     r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?P<pct>%)?")
-_DIGIT = re.compile(r"\d")
-# Symbols inside a token that make it an identifier: emails, URLs, "C++", "C#", "AT&T".
-_SYMBOL = re.compile(r"[@+#&]|://")
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
-                   re.IGNORECASE)
-_WORD = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")
-_POSSESSIVE = re.compile(r"'s$")
+# A text's pieces, in order: a whitespace-separated token with a digit or an identifier's
+# symbol in it ("4411", "v1.2.3", "user@x.com", "https://...", "C++", "C#", "AT&T"), read
+# whole; else a word ("Alice's", "doesn't"). Tried at a token's start, the first
+# alternative takes the whole token whenever it has such a character anywhere.
+_PIECE = re.compile(r"(?P<fact>\S*?(?:\d|[@+#&]|://)\S*)|(?P<word>[^\W\d_]+(?:['\u2019][^\W\d_]+)*)")
+_ALNUM = re.compile(r"[^\W_]")
 
 _NEGATIONS = frozenset({
     "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor",
@@ -60,6 +59,12 @@ _DATE_WORDS = frozenset(
                                *calendar.day_name, *calendar.day_abbr) if name}
     | {f"{name.lower()}s" for name in calendar.day_name}
     | {"today", "tomorrow", "yesterday", "tonight", "noon", "midnight", "am", "pm"})
+# The marked side of opposite states: "Dark mode is disabled" is not "... enabled".
+_OPPOSITES = frozenset({
+    "off", "disabled", "disable", "false", "failed", "fail", "fails", "failing", "closed",
+    "rejected", "denied", "inactive", "invalid", "unavailable", "cancelled", "canceled",
+    "stopped", "lost", "down", "dislike", "dislikes", "disliked", "hate", "hates", "hated"})
+_TOKEN_WORDS = _NUMBER_WORDS | _DATE_WORDS | _OPPOSITES
 # Capitalised for being first in a sentence far more often than for being a name.
 _COMMON = frozenset({
     "a", "an", "the", "this", "that", "these", "those", "it", "its", "i", "i'm", "i've",
@@ -86,21 +91,29 @@ class Facts:
 
 
 def facts_of(text: str) -> Facts:
-    """The facts of ``text``."""
+    """The facts of ``text``, read in one pass over its pieces."""
     tokens: list[str] = []
     names: set[str] = set()
     words: set[str] = set()
-    for raw in text.split():
-        token = raw.lstrip(_EDGES_LEFT).rstrip(_EDGES_RIGHT)
-        if not token:
+    for found in _PIECE.finditer(text):
+        word = found["word"]
+        if word is None:
+            token = found["fact"].lstrip(_EDGES_LEFT).rstrip(_EDGES_RIGHT)
+            if _ALNUM.search(token):
+                tokens.append(_number(token) or token.lower())
             continue
-        lowered = token.lower()
-        if _DIGIT.search(token):
-            tokens.append(_number(token) or lowered)
-        elif _SYMBOL.search(token) or _UUID.fullmatch(token):
+        lowered = word.lower().replace("\u2019", "'")
+        if lowered.endswith("'s"):
+            lowered = lowered[:-2]
+        words.add(lowered)
+        if lowered.endswith("n't"):
+            tokens.append("not")  # "doesn't" is "does not"
+        elif lowered in _NEGATIONS:
+            tokens.append("not" if lowered == "cannot" else lowered)
+        elif lowered in _TOKEN_WORDS:
             tokens.append(lowered)
-        for found in _WORD.finditer(token):
-            _read_word(found.group(), tokens, names, words)
+        elif word[0].isupper() and lowered not in _COMMON:
+            names.add(lowered)
     return Facts(tuple(tokens), frozenset(names), frozenset(words))
 
 
@@ -115,19 +128,6 @@ def _number(token: str) -> str | None:
     num = num.lstrip("0") or "0"
     negative = (found["sign"] or found["sign2"] or "") in ("-", "\u2212")
     return f"{'-' if negative and num != '0' else ''}{found['cur'] or ''}{num}{found['pct'] or ''}"
-
-
-def _read_word(word: str, tokens: list[str], names: set[str], words: set[str]) -> None:
-    lowered = _POSSESSIVE.sub("", word.lower().replace("\u2019", "'"))
-    words.add(lowered)
-    if lowered.endswith("n't"):
-        tokens.append("not")  # "doesn't" is "does not"
-    elif lowered in _NEGATIONS:
-        tokens.append("not" if lowered == "cannot" else lowered)
-    elif lowered in _NUMBER_WORDS or lowered in _DATE_WORDS:
-        tokens.append(lowered)
-    elif word[0].isupper() and lowered not in _COMMON:
-        names.add(lowered)
 
 
 def same_facts(a: str, b: str) -> bool:

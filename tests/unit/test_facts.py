@@ -39,6 +39,10 @@ DIFFERENT = [
     ("Moved the meeting from 3 to 4", "Moved the meeting from 4 to 3"),
     ("I like C++", "I like C"),
     ("Order 4411 shipped", "Order shipped"),
+    ("Dark mode is enabled for the user", "Dark mode is disabled for the user"),
+    ("The build passed on main", "The build failed on main"),
+    ("The alarm is on", "The alarm is off"),
+    ("The user likes cats", "The user dislikes cats"),
 ]
 
 SAME = [
@@ -55,6 +59,9 @@ SAME = [
     ("Meeting on 2024-03-05 (Tuesday).", "meeting on 2024-03-05, tuesday"),
     ("The user prefers dark mode", "User prefers the dark mode"),
     ("Ask Bob about the SKU AB-1234 order", "ask bob about the sku ab-1234 order"),
+    ("The user doesn\u2019t like cats", "The user does not like cats"),
+    ("Alice\u2019s flight", "alice's flight"),
+    ("The freezer runs at \u22125 degrees", "The freezer runs at -5 degrees"),
 ]
 
 
