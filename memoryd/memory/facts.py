@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Facts", "carries", "facts_of", "same_facts"]
+__all__ = ["Facts", "carries", "facts_of", "plain", "same_facts"]
 
 # Cut from the ends of a whitespace-separated token before it is read ("(4411)," is
 # 4411; "#4411" is 4411 too: the sign says "number", it is not part of it).
@@ -43,6 +43,9 @@ _NUMBER = re.compile(
 # alternative takes the whole token whenever it has such a character anywhere.
 _PIECE = re.compile(r"(?P<fact>\S*?(?:\d|[@+#&]|://)\S*)|(?P<word>[^\W\d_]+(?:['\u2019][^\W\d_]+)*)")
 _ALNUM = re.compile(r"[^\W_]")
+# What ``plain`` drops from a text's end: only what ``_EDGES_RIGHT`` cuts from the last
+# token anyway, and spaces.
+_PLAIN_END = " .,;:!?\"')]}"
 
 _NEGATIONS = frozenset({
     "not", "no", "never", "none", "nobody", "nothing", "nowhere", "neither", "nor",
@@ -130,9 +133,16 @@ def _number(token: str) -> str | None:
     return f"{'-' if negative and num != '0' else ''}{found['cur'] or ''}{num}{found['pct'] or ''}"
 
 
+def plain(text: str) -> str:
+    """``text`` lowercased, its whitespace collapsed and its trailing punctuation dropped:
+    two texts with the same ``plain`` form state the same facts, without reading them
+    (what most true duplicates need)."""
+    return " ".join(text.lower().split()).rstrip(_PLAIN_END)
+
+
 def same_facts(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` state the same facts, so that merging them loses none."""
-    return facts_of(a).same_as(facts_of(b))
+    return plain(a) == plain(b) or facts_of(a).same_as(facts_of(b))
 
 
 def carries(summary: Facts, texts: Iterable[str]) -> list[bool]:

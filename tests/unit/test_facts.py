@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryd.memory.facts import carries, facts_of, same_facts
+from memoryd.memory.facts import carries, facts_of, plain, same_facts
 
 DIFFERENT = [
     ("Order 4411 shipped", "Order 4412 shipped"),
@@ -75,6 +75,15 @@ def test_memories_that_differ_in_a_fact_are_not_the_same_facts(a: str, b: str) -
 def test_true_duplicates_are_the_same_facts(a: str, b: str) -> None:
     assert same_facts(a, b)
     assert same_facts(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Order 4411 shipped.", "ORDER  4411 SHIPPED"), ("The user can't swim!", "the user can't swim"),
+    ("Costs $5.00 (net).", "costs $5.00 (net)"), ("I like C++.", "i like c++"),
+    ("Ask Bob about v1.2.3?!", "ask bob about v1.2.3")])
+def test_texts_of_the_same_plain_form_read_as_the_same_facts(a: str, b: str) -> None:
+    assert plain(a) == plain(b)
+    assert facts_of(a).same_as(facts_of(b))
 
 
 def test_numbers_are_normalised_and_identifiers_kept_whole() -> None:

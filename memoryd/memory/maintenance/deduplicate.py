@@ -25,12 +25,13 @@ after a finished sweep starts a new one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.memory.facts import Facts, facts_of
+from memoryd.memory.facts import Facts, facts_of, plain
 from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpoint, valid_state
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.maintenance.merging import Merge, merge_into
@@ -120,22 +121,41 @@ def _plan(rows: Sequence[Any]) -> tuple[list[Merge], int]:
     when protected, it survives."""
     merges: list[Merge] = []
     distinct = 0
-    survivors: list[tuple[Any, Facts]] = []
+    survivors: list[_Survivor] = []
     group = None
     for row in rows:
         if row.id is None:
             continue
         if (row.agent_id, row.hash) != group:
             group, survivors = (row.agent_id, row.hash), []
-        facts = facts_of(row.content)
+        candidate = _Survivor(row, plain(row.content))
         into = None if row.protected else next(
-            (s for s, f in survivors if f.same_as(facts)), None)
+            (s for s in survivors if s.takes(candidate)), None)
         if into is not None:
-            merges.append(Merge(row.id, into.id, 1.0, row.content_hash, into.content_hash))
+            merges.append(Merge(row.id, into.row.id, 1.0, row.content_hash,
+                                into.row.content_hash))
         else:
             distinct += bool(survivors) and not row.protected
-            survivors.append((row, facts))
+            survivors.append(candidate)
     return merges, distinct
+
+
+@dataclass
+class _Survivor:
+    """A memory of a group that others may merge into; its facts are read only when a
+    copy's ``plain`` form differs from its own."""
+
+    row: Any
+    plain: str
+    _facts: Facts | None = None
+
+    def facts(self) -> Facts:
+        if self._facts is None:
+            self._facts = facts_of(self.row.content)
+        return self._facts
+
+    def takes(self, other: _Survivor) -> bool:
+        return self.plain == other.plain or self.facts().same_as(other.facts())
 
 
 def _advance(sweep: dict[str, Any], report: Any) -> None:
