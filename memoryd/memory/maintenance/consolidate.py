@@ -19,17 +19,16 @@ changes nothing.
 
 Merge. Memories new or changed since the previous sweep (by ``updated_at``, which
 every insert, edit and merge sets) are each compared with their nearest neighbours of
-the same agent through the HNSW index. Pairs with cosine >= ``merge_threshold`` that state
-the same facts (``memoryd.memory.facts``: numbers, dates, identifiers, names and
+the same agent through the HNSW index. Pairs with cosine >= ``merge_threshold`` that
+state the same facts (``memoryd.memory.facts``: numbers, dates, identifiers, names,
 negations; "Order 4411 shipped" never merges into "Order 4412 shipped") are merged into
-the better memory: protected (decision or pinned) first, then most
-important, then most recent. Protected memories are never merged away. See
-``merging`` for what the survivor keeps; merged rows go to
-``evicted_memories`` with reason ``merged``. The sweep walks (updated_at, id) in
-keyset order and is checkpointed like the decay pass. Close pairs left alone for stating
-different facts are counted in ``skipped_distinct_facts`` (once per batch that finds
-them). ``merge=False`` runs the decay
-pass alone (the merge sweep keeps its checkpoint for the next run that merges).
+the better memory: protected (decision or pinned) first, then most important, then most
+recent. Protected memories are never merged away. See ``merging`` for what the survivor
+keeps; merged rows go to ``evicted_memories`` with reason ``merged``. Close pairs left
+alone for stating different facts are counted in ``skipped_distinct_facts`` (once per
+batch that finds them). The sweep walks (updated_at, id) in keyset order and is
+checkpointed like the decay pass. ``merge=False`` runs the decay pass alone (the merge
+sweep keeps its checkpoint for the next run that merges).
 """
 
 from __future__ import annotations
