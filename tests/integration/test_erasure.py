@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+import redis
 from sqlalchemy import text
 
 from memoryd.client import MemoryClient
@@ -30,6 +32,7 @@ from memoryd.types import Erasure
 from tests.support.cli import as_json, memoryd
 from tests.support.gateway import bearer, make_key
 from tests.support.maint import bulk_insert
+from tests.support.workers import redis_db_url
 
 pytestmark = pytest.mark.slow
 
@@ -289,6 +292,29 @@ def test_the_client_erases_an_agent_on_a_worker(
     assert isinstance(again, Erasure) and set(again.deleted.values()) == {0}
 
 
+FOLLOW_UP_DB = 12  # the follow-up test's own broker database
+
+
+def test_a_worker_out_of_time_leaves_the_rest_to_follow_up_tasks(
+        filled: MemoryStore, spawn_worker: Callable[..., Any], redis_url: str) -> None:
+    broker = redis_db_url(redis_url, FOLLOW_UP_DB)
+    redis.Redis.from_url(broker).flushdb()
+    spawn_worker(FOLLOW_UP_DB, concurrency=1, queues="memory", MEMORYD_PRELOAD_MODELS="false",
+                 MEMORYD_MAINTENANCE_TIME_BUDGET_S="0.001",
+                 MEMORYD_MAINTENANCE_BATCH_SIZE="3").wait_ready()
+    kept = snapshot(filled, STAYER)
+    with MemoryClient(broker_url=broker, timeout=120) as client:
+        first = client.forget_agent(LEAVER)
+    assert isinstance(first, Erasure) and not first.complete
+    deadline = time.monotonic() + 180
+    while not any(run.stats.get("complete") for run in _audit(filled)):
+        assert time.monotonic() < deadline, _audit(filled)
+        time.sleep(0.5)
+    assert len(_audit(filled)) > 2
+    assert_erased(filled)
+    assert snapshot(filled, STAYER) == kept
+
+
 def test_only_an_admin_key_with_write_erases_an_agent_over_http(
         filled: MemoryStore, http: httpx.Client) -> None:
     store = filled
@@ -315,6 +341,11 @@ def test_only_an_admin_key_with_write_erases_an_agent_over_http(
     assert done.json()["deleted"]["memories"] == MEMORIES
     assert_erased(store)
     assert snapshot(store, STAYER) == kept[STAYER]
+    # Not the leaver: the queued erasure may run while the next test fills it again.
+    queued = http.delete(f"/v1/agents/nobody-{uuid.uuid4()}", headers=admin,
+                         params={"wait": "false"})
+    assert queued.status_code == 202, queued.text
+    assert queued.json()["job"] == "forget_agent" and queued.json()["task_id"]
 
 
 def test_the_command_line_shows_what_would_go_and_erases_only_with_yes(
