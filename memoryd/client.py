@@ -37,6 +37,7 @@ from memoryd.types import (
     AgentStats,
     EmbeddingProgress,
     Entity,
+    Erasure,
     JobRun,
     Memory,
     Page,
@@ -277,6 +278,14 @@ class MemoryClient:
                              and not isinstance(eviction_or_memory_id, bool)
                              else str(check.uuid_of("id", eviction_or_memory_id)))
         return self._call("memoryd.admin.restore", {"target": target}, UUID, timeout)
+
+    def forget_agent(self, agent_id: str, *, wait: bool = True, timeout: float | None = None
+                     ) -> Erasure | Pending[Erasure]:
+        """Erase everything memoryd holds of the agent: memories, sessions, graph, links,
+        evicted copies, dead letters, its keys (README "Erasure"). ``complete`` False:
+        the time budget ran out and a follow-up goes on; calling again is safe."""
+        return self._send("memoryd.admin.forget_agent", {"agent_id": check.agent_id(agent_id)},
+                          Erasure.model_validate, wait=wait, timeout=timeout)
 
     # --- asyncio ------------------------------------------------------------------
     async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:

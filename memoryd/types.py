@@ -216,3 +216,19 @@ class Restored(_Model):
 class JobQueued(_Model):
     job: str
     task_id: str
+
+
+class Erasure(_Model):
+    """What erasing one agent removed (``forget_agent``), or would remove now (the
+    CLI's preview): rows per table, never their contents."""
+
+    agent_id: str
+    deleted: dict[str, int]
+    # Rows kept with the agent taken out of them: keys for several agents, other runs' audit.
+    scrubbed: dict[str, int]
+    # Whether the agent's own HNSW index was dropped (in a preview: whether it exists).
+    index_dropped: bool
+    # False when the time budget ran out first: running it again goes on from there.
+    complete: bool
+    # Its row in ``maintenance_runs`` (job ``forget_agent``); None for a preview.
+    run_id: int | None = None

@@ -1,5 +1,6 @@
-"""Backups of the whole store and one agent's memory in and out: ``memoryd backup``,
-``memoryd restore-backup``, ``memoryd export`` and ``memoryd import``."""
+"""Backups of the whole store, one agent's memory in and out, and erasing an agent:
+``memoryd backup``, ``memoryd restore-backup``, ``memoryd export``, ``memoryd import``
+and ``memoryd forget-agent``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.cli import database
-from memoryd.cli.output import as_json
+from memoryd.cli.output import as_json, table
 
 
 def register(commands: Any) -> None:
@@ -33,6 +34,14 @@ def register(commands: Any) -> None:
     load.add_argument("file", type=Path)
     load.add_argument("--json", action="store_true")
     load.set_defaults(handler=_import)
+    erase = commands.add_parser("forget-agent",
+                                help="erase everything of one agent (memories, sessions, "
+                                     "graph, evicted copies, dead letters, its keys); "
+                                     "without --yes, only shows what would go")
+    erase.add_argument("agent")
+    erase.add_argument("--yes", action="store_true", help="confirm: erase it for good")
+    erase.add_argument("--json", action="store_true")
+    erase.set_defaults(handler=_forget_agent)
 
 
 
@@ -88,4 +97,29 @@ def _import(args: argparse.Namespace) -> int:
           f"({result.memories_present} already there), {result.sessions} sessions, "
           f"{result.entities} entities, {result.relations} relations, {result.links} links"
           + (" (re-embedded: another model)" if result.reembedded else ""))
+    return 0
+
+
+def _forget_agent(args: argparse.Namespace) -> int:
+    """Without ``--yes``, the counts an erasure would remove now, and a refusal."""
+    from memoryd.errors import ValidationError
+    from memoryd.memory import erasure
+
+    store = database.store()
+    found = (erasure.forget_agent(store, args.agent) if args.yes
+             else erasure.preview(store, args.agent))
+    if args.json:
+        print(as_json(found))
+    else:
+        would = "" if args.yes else "would be "
+        rows = [(name, n, f"{would}deleted") for name, n in found.deleted.items()]
+        rows += [(name, n, f"{would}kept, the agent taken out")
+                 for name, n in found.scrubbed.items()]
+        rows.append(("its own HNSW index", int(found.index_dropped), f"{would}dropped"))
+        print(table(("table", "rows", ""), rows))
+    if not args.yes:
+        raise ValidationError("yes", f"erasing {args.agent!r} deletes the rows above for "
+                                     "good: add --yes to confirm")
+    print(f"erased {args.agent} (audit: maintenance_runs run {found.run_id})",
+          file=sys.stderr)
     return 0

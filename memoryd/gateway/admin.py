@@ -1,6 +1,6 @@
 """Operator endpoints (``admin`` keys for all agents): run maintenance jobs, their
 history, fleet statistics, how far a move to another embedding model is, restoring an
-evicted memory. Like the memory routes, each
+evicted memory, erasing an agent. Like the memory routes, each
 is one ``MemoryClient`` call served by the workers."""
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from pydantic import BaseModel
 
 from memoryd import validation as check
 from memoryd.client import Pending
+from memoryd.errors import Forbidden, ValidationError
+from memoryd.gateway import routes
 from memoryd.gateway.deps import Client, JsonBody, Key
 from memoryd.gateway.schema import request_body
 from memoryd.types import (
     AgentStats,
     EmbeddingProgress,
+    Erasure,
     JobQueued,
     JobRun,
     JobRunRequest,
@@ -70,3 +73,30 @@ def stats(key: Key, client: Client, limit: Annotated[int, Query()] = 50) -> list
 def embeddings(key: Key, client: Client) -> EmbeddingProgress:
     key.require_admin()
     return client.embeddings()
+
+
+# The first path segments after /v1/agents/{agent}/ (memories, recall, kg, ...): an agent
+# path of the erasure route holding one is a mistyped request for an agent's resource.
+_AGENT_RESOURCES = frozenset(
+    path.split("{agent:path}/", 1)[1].split("/")[0]
+    for path in (str(getattr(route, "path", "")) for route in routes.router.routes)
+    if "{agent:path}/" in path)
+
+
+@router.delete("/agents/{agent:path}", responses={202: {"model": JobQueued}},
+               summary="Erase everything of one agent (memories, sessions, graph, evicted "
+                       "copies, dead letters, its keys); admin keys with write only")
+def forget_agent(agent: str, key: Key, client: Client, wait: bool = True) -> Any:
+    key.require_admin()
+    if not key.allows("write"):
+        raise Forbidden("erasing an agent needs the 'write' permission as well as 'admin'")
+    agent_id = check.agent_id(agent)
+    if _AGENT_RESOURCES.intersection(agent_id.split("/")[1:]):
+        raise ValidationError("agent_id", "names one of an agent's resources; DELETE "
+                                          "/v1/agents/{agent} erases a whole agent")
+    outcome = client.forget_agent(agent_id, wait=wait)
+    if isinstance(outcome, Pending):
+        queued = JobQueued(job="forget_agent", task_id=outcome.id)
+        return JSONResponse(queued.model_dump(mode="json"), status_code=202)
+    assert isinstance(outcome, Erasure)
+    return outcome

@@ -21,7 +21,7 @@ from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import NotFound
-from memoryd.memory import graph, ranking, recall, sessions, timewords, writes
+from memoryd.memory import erasure, graph, ranking, recall, sessions, timewords, writes
 from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
     Embedder,
@@ -319,26 +319,10 @@ class MemoryStore:
         return True
 
     def forget_agent(self, agent_id: str, batch_size: int = 5000) -> int:
-        """Delete everything the agent has, in bounded batches. Returns memories deleted."""
-        agent = check.agent_id(agent_id)
-        check.limit(batch_size, "batch_size", high=1_000_000)  # 0 would loop forever
-        deleted = 0
-        while True:
-            with self.session() as session:
-                result: Any = session.execute(text("""
-                    DELETE FROM memories WHERE id IN (
-                        SELECT id FROM memories WHERE agent_id = :a LIMIT :n)
-                """), {"a": agent, "n": batch_size})
-                n = int(result.rowcount)
-            deleted += n
-            if n < batch_size:
-                break
-        with self.session() as session:
-            # agent_term_stats: its lexeme counts go with it (agent_terms cascades).
-            for table in ("memory_links", "sessions", "kg_relations", "kg_entities",
-                          "evicted_memories", "agent_term_stats"):
-                session.execute(text(f"DELETE FROM {table} WHERE agent_id = :a"), {"a": agent})
-        return deleted
+        """Erase everything memoryd holds of the agent, in bounded batches
+        (``memoryd.memory.erasure``). Returns memories deleted."""
+        batch = check.limit(batch_size, "batch_size", high=erasure.MAX_BATCH)
+        return erasure.forget_agent(self, agent_id, batch_size=batch).deleted["memories"]
 
     # --- knowledge graph and sessions ---------------------------------------------
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any]) -> bool:

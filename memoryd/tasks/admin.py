@@ -1,17 +1,21 @@
 """Operator tasks behind the gateway's admin endpoints (queue ``memory``: each is one
-short statement): maintenance history, memories per agent, how far a move to the
-configured embedding model is, restore an evicted memory."""
+short statement, or short batches within a time budget): maintenance history, memories
+per agent, how far a move to the configured embedding model is, restore an evicted
+memory, erase an agent."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from celery import Task
+
 from memoryd import validation as check
 from memoryd.errors import NotFound, ValidationError
-from memoryd.memory import reports
+from memoryd.memory import erasure, reports
 from memoryd.memory.maintenance import already_restored
 from memoryd.memory.maintenance import restore as restore_evicted
 from memoryd.tasks.base import MemorydTask, dump, get_store
+from memoryd.tasks.maintenance import MAX_FOLLOW_UPS
 from memoryd.worker import app
 
 
@@ -54,3 +58,17 @@ def restore(target: int | str) -> str:
         if found is None:
             raise
         return str(found)
+
+
+@app.task(name="memoryd.admin.forget_agent", base=MemorydTask, bind=True)
+def forget_agent(self: Task, agent_id: str, follow_up: int = 0) -> Any:
+    """Erase everything memoryd holds of one agent (``memoryd.memory.erasure``) within
+    the maintenance time budget; if that runs out, a follow-up task goes on where it
+    stopped. Idempotent: a redelivered message finds less (at the end, nothing) to do."""
+    store = get_store()
+    done = erasure.forget_agent(store, check.agent_id(agent_id),
+                                time_budget_s=store.settings.maintenance_time_budget_s)
+    if not done.complete and follow_up < MAX_FOLLOW_UPS:
+        self.apply_async(kwargs={"agent_id": agent_id, "follow_up": follow_up + 1},
+                         countdown=1)
+    return dump(done)

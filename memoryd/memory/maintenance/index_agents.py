@@ -37,7 +37,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.orm import Session
 
 from memoryd.errors import ValidationError
@@ -120,6 +120,17 @@ def plan(sizes: list[tuple[str, int]], existing: dict[str, bool], min_memories: 
 
 def _drop(conn: Connection, name: str) -> None:
     conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'))
+
+
+def drop_agent_index(engine: Engine, agent_id: str) -> bool:
+    """Drop ``agent_id``'s own index, if it has one (erasing the agent: its definition
+    names the agent); whether it had one."""
+    name = index_name(agent_id)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if name not in existing_indexes(conn):
+            return False
+        _drop(conn, name)
+    return True
 
 
 def _build(conn: Connection, agent_id: str) -> None:
