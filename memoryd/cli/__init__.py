@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from memoryd.errors import MemorydError
+from memoryd.redaction import scrub
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except _unreachable() as exc:
         # The database or broker is down: say so in one line, not with a traceback.
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        first = scrub(str(getattr(exc, "orig", None) or exc)).strip().splitlines()[0]
         print(f"memoryd: error: Unavailable: {first}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
