@@ -3,6 +3,8 @@ memory content, however the content got into them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
 from celery.exceptions import Retry
@@ -126,3 +128,32 @@ def test_the_worker_reports_task_results_by_their_summary(monkeypatch: pytest.Mo
     monkeypatch.setattr(trace, "saferepr", trace.saferepr)  # put back afterwards
     signals._summarize_results()
     assert trace.saferepr([{"content": CANARY}], 1024) == "<1 items>"
+
+
+def test_messages_a_worker_sends_itself_carry_summaries_of_their_arguments() -> None:
+    """A retry is a new message sent by the worker: Celery would describe its arguments
+    with their repr (task-sent and task-received events, Flower) unless told otherwise."""
+    from celery import Celery, signals
+
+    from memoryd.tasks.base import MemorydTask
+
+    app = Celery("redaction-test", broker="memory://", set_as_current=False)
+
+    @app.task(name="test.echo", base=MemorydTask)
+    def echo(agent_id: str, content: str) -> str:
+        return content
+
+    headers: dict[str, Any] = {}
+
+    def capture(headers: dict[str, Any] | None = None, **_: Any) -> None:
+        sent.update(headers or {})
+
+    sent = headers
+    signals.before_task_publish.connect(capture)
+    try:
+        echo.apply_async(kwargs={"agent_id": "agent-1", "content": CANARY})
+    finally:
+        signals.before_task_publish.disconnect(capture)
+        app.close()
+    assert headers["kwargsrepr"] == "{'agent_id': 'agent-1', 'content': <29 chars>}"
+    assert headers["argsrepr"] == "<0 items>"
