@@ -28,7 +28,7 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # Where a database error's text starts quoting values; nothing after it is kept.
 _VALUES_FOLLOW = re.compile(r"\[parameters:|\[SQL parameters|^\s*(DETAIL|CONTEXT|HINT):"
                             r"|Failing row contains|\bKey \(", re.MULTILINE)
-_DIAG_NAMES = ("schema_name", "table_name", "column_name", "constraint_name", "datatype_name")
+_DIAG_NAMES = ("table_name", "column_name", "constraint_name", "datatype_name")
 
 
 def summarize(value: Any) -> str:
