@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 REDACT_DB = 12  # this file's own broker database
 REFUSED = "refused-by-check"
+BUSY = "table-is-busy"
 # The database's and the broker's own storage hold contents by design (the broker
 # holds task messages); everything else a run writes, their logs included, must not.
 STORAGE = (TEST_HOME / "postgres" / "pgdata", TEST_HOME / "redis" / "appendonly.aof",
@@ -63,6 +65,32 @@ def refusing_check(store: MemoryStore) -> Iterator[None]:
             session.execute(text("ALTER TABLE memories DROP CONSTRAINT test_refuses"))
 
 
+@pytest.fixture
+def busy_table(store: MemoryStore) -> Iterator[Callable[[], None]]:
+    """A trigger that fails an INSERT of a content holding ``BUSY`` as a busy table would
+    (``lock_not_available``: transient, so the task retries), quoting the content in
+    its message; the fixture's value lifts it."""
+    with store.session() as session:
+        session.execute(text(f"""
+            CREATE FUNCTION test_busy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+              IF position('{BUSY}' in NEW.content) > 0 THEN
+                RAISE EXCEPTION 'busy with %', NEW.content USING ERRCODE = '55P03';
+              END IF;
+              RETURN NEW;
+            END $$"""))
+        session.execute(text("CREATE TRIGGER test_busy BEFORE INSERT ON memories "
+                             "FOR EACH ROW EXECUTE FUNCTION test_busy()"))
+
+    def lift() -> None:
+        with store.session() as session:
+            session.execute(text("DROP TRIGGER IF EXISTS test_busy ON memories"))
+            session.execute(text("DROP FUNCTION IF EXISTS test_busy()"))
+    try:
+        yield lift
+    finally:
+        lift()
+
+
 def _until(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -77,21 +105,9 @@ def _written_files(*roots: Path) -> Iterator[Path]:
                 yield path
 
 
-def test_contents_reach_the_caller_and_the_database_and_nothing_else(
-        stack: tuple[GatewayProcess, FlowerProcess, WorkerProcess], store: MemoryStore,
-        refusing_check: None, tmp_path: Path) -> None:
-    gateway, flower, _ = stack
-    canary = f"canary{uuid.uuid4().hex}"
-    agent = f"agent-{uuid.uuid4()}"
-    auth = bearer(make_key(store, agents=(agent,)))
-    http = httpx.Client(base_url=f"{gateway.url}/v1/agents/{agent}", headers=auth, timeout=120)
-
-    # Flower sees the worker's events from when it connects: wait until it saw one.
-    def flower_saw_a_store() -> bool:
-        http.get("/sessions")
-        return any(t.get("name") == "memoryd.sessions" for t in flower.tasks().values())
-    _until(flower_saw_a_store, "flower to receive task events")
-
+def _serve(http: httpx.Client, canary: str) -> tuple[str, list[httpx.Response]]:
+    """Store two memories holding ``canary`` and read them back every way; the first
+    memory's id and the error responses."""
     made = [http.post("/memories", json={
         "content": f"The user's locker code is {canary} number {n}.", "key": f"{canary}-{n}",
         "tags": [canary], "metadata": {"note": canary}, "session_id": "s1"})
@@ -111,32 +127,62 @@ def test_contents_reach_the_caller_and_the_database_and_nothing_else(
     assert canary in answers[0].text and canary in answers[3].text  # the caller gets it
     refused = http.post("/memories", json={"content": f"{REFUSED} {canary}"})
     missing = http.get(f"/memories/{uuid.uuid4()}")
-    errors = [refused, missing]
     assert refused.status_code >= 400 and missing.status_code == 404
+    return memory_id, [refused, missing]
 
-    with store.session() as session:
-        rows = session.execute(text("SELECT content FROM memories WHERE agent_id = :a"),
-                               {"a": agent}).scalars().all()
-    assert len(rows) == 2 and all(canary in row for row in rows)
 
-    def refused_stores() -> list[dict[str, Any]]:
-        return [t for t in flower.tasks().values()
-                if t.get("name") == "memoryd.store" and t.get("state") == "FAILURE"]
+def _store_while_busy(http: httpx.Client, flower: FlowerProcess, lift: Callable[[], None],
+                      canary: str) -> None:
+    """A store that PostgreSQL fails as busy until the worker has retried it at least
+    once; then the table is free and the store lands."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(http.post, "/memories", json={"content": f"{BUSY} {canary}"})
+        _until(lambda: any(t.get("name") == "memoryd.store" and t.get("retries")
+                           for t in flower.tasks().values()), "the busy store's retry")
+        lift()
+        assert pending.result().status_code == 201
 
-    def flower_saw_everything() -> bool:
-        states = [t.get("state") for t in flower.tasks().values()]
-        return bool(refused_stores()) and states.count("SUCCESS") >= 9
-    _until(flower_saw_everything, "flower to see the tasks end")
+
+def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
     tasks = flower.tasks()
-    (failed,) = refused_stores()
-    assert "CheckViolation" in str(failed.get("exception"))  # PostgreSQL refused the row
-
     pages = [flower.get("/api/tasks"), flower.get("/tasks"), flower.get(
         "/tasks/datatable", draw=1, start=0, length=100, **{
             "order[0][column]": 0, "columns[0][data]": "name", "order[0][dir]": "desc"})]
     pages += [flower.get(f"/task/{task_id}") for task_id in tasks]
     assert all(page.status_code == 200 for page in pages)
+    return pages
+
+
+def test_contents_reach_the_caller_and_the_database_and_nothing_else(
+        stack: tuple[GatewayProcess, FlowerProcess, WorkerProcess], store: MemoryStore,
+        refusing_check: None, busy_table: Callable[[], None], tmp_path: Path) -> None:
+    gateway, flower, _ = stack
+    canary = f"canary{uuid.uuid4().hex}"
+    agent = f"agent-{uuid.uuid4()}"
+    http = httpx.Client(base_url=f"{gateway.url}/v1/agents/{agent}", timeout=120,
+                        headers=bearer(make_key(store, agents=(agent,))))
+
+    # Flower sees the worker's events from when it connects: wait until it saw one.
+    def flower_saw_a_task() -> bool:
+        http.get("/sessions")
+        return any(t.get("name") == "memoryd.sessions" for t in flower.tasks().values())
+    _until(flower_saw_a_task, "flower to receive task events")
+    memory_id, errors = _serve(http, canary)
+    _store_while_busy(http, flower, busy_table, canary)
+    with store.session() as session:
+        rows = session.execute(text("SELECT content FROM memories WHERE agent_id = :a"),
+                               {"a": agent}).scalars().all()
+    assert len(rows) == 3 and all(canary in row for row in rows)
+
+    def refused_stores() -> list[dict[str, Any]]:
+        return [t for t in flower.tasks().values()
+                if t.get("name") == "memoryd.store" and t.get("state") == "FAILURE"]
+    _until(lambda: bool(refused_stores()), "flower to see the refused store")
+    (failed,) = refused_stores()
+    assert "CheckViolation" in str(failed.get("exception"))  # PostgreSQL refused the row
+    pages = _flower_pages(flower)
     assert memory_id in "".join(page.text for page in pages)  # results are summarised
+    assert "LockNotAvailable" in "".join(page.text for page in pages)  # and retried
 
     http.close()
     for process in stack:
