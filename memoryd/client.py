@@ -153,6 +153,9 @@ class MemoryClient:
     # --- plumbing -------------------------------------------------------------
     def _send(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T], *,
               wait: bool, timeout: float | None, queue: str = MEMORY_QUEUE) -> T | Pending[T]:
+        # The headers carry a summary of the arguments (what Flower and task events show):
+        # contents stay out of the monitoring path, and Celery's own repr of every argument
+        # cost about a fifth of each publish.
         with unreachable_as_unavailable():
             result = self._app.send_task(name, kwargs=kwargs, queue=queue, argsrepr="()",
                                          kwargsrepr=summarize(kwargs))
