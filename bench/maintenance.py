@@ -249,7 +249,7 @@ def _admin(server: Any) -> Any:
     from memoryd.db.engine import normalize_url
 
     return create_engine(normalize_url(server.url("postgres")), isolation_level="AUTOCOMMIT",
-                         poolclass=_null_pool())
+                         poolclass=_null_pool(), hide_parameters=True)
 
 
 def _null_pool() -> Any:
@@ -263,7 +263,7 @@ def _engine(url: str) -> Any:
 
     from memoryd.db.engine import normalize_url
 
-    return create_engine(normalize_url(url), poolclass=_null_pool(),
+    return create_engine(normalize_url(url), poolclass=_null_pool(), hide_parameters=True,
                          connect_args={"options": "-c statement_timeout=0"})
 
 

@@ -261,7 +261,8 @@ class PrecomputedEmbedder:
 def _engine(url: str) -> Engine:
     from memoryd.db.engine import normalize_url
 
-    return create_engine(normalize_url(url), pool_size=2, max_overflow=2)
+    return create_engine(normalize_url(url), pool_size=2, max_overflow=2,
+                         hide_parameters=True)
 
 
 def _index_defs(engine: Engine, names: Sequence[str]) -> dict[str, str]:

@@ -33,6 +33,7 @@ from memoryd.celery_config import (
 )
 from memoryd.config import Settings, get_settings
 from memoryd.errors import MemorydError, MemorydTimeoutError, Unavailable, WorkerError
+from memoryd.redaction import describe_error, summarize
 from memoryd.types import (
     AgentStats,
     EmbeddingProgress,
@@ -107,7 +108,7 @@ class Pending(Generic[T]):
         except MemorydError as exc:
             return exc
         except Exception as exc:  # rebuilt from the worker: never leak Celery internals
-            return WorkerError(f"{type(exc).__name__}: {exc}")
+            return WorkerError(describe_error(exc))
         finally:
             with contextlib.suppress(*CONNECTION_ERRORS):
                 self._result.forget() if self._result.ready() else None
@@ -153,9 +154,12 @@ class MemoryClient:
     # --- plumbing -------------------------------------------------------------
     def _send(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T], *,
               wait: bool, timeout: float | None, queue: str = MEMORY_QUEUE) -> T | Pending[T]:
+        # The headers carry a summary of the arguments (what Flower and task events show):
+        # contents stay out of the monitoring path, and Celery's own repr of every argument
+        # cost about a fifth of each publish.
         with unreachable_as_unavailable():
             result = self._app.send_task(name, kwargs=kwargs, queue=queue, argsrepr="()",
-                                         kwargsrepr=kwargs_summary(kwargs))
+                                         kwargsrepr=summarize(kwargs))
         # Celery keeps one result backend per thread (asyncio calls run in threads).
         self._backends.add(self._app.backend)
         pending = Pending(result, convert, self.timeout if timeout is None else timeout)
@@ -300,11 +304,6 @@ class MemoryClient:
         return await asyncio.to_thread(self.context, agent_id, query, **options)
 
 
-# Arguments a task's summary shows as they are: identifiers and small options.
-_SHOWN_ARGUMENTS = frozenset({"agent_id", "memory_id", "start_id", "job", "mode", "limit",
-                              "depth", "dry_run", "category"})
-
-
 def _filters(since: object, until: object, metadata: object) -> dict[str, Any]:
     """The time and metadata filters as message values (only those given)."""
     start, end = check.time_range(since, until)
@@ -312,25 +311,6 @@ def _filters(since: object, until: object, metadata: object) -> dict[str, Any]:
     found: dict[str, Any] = {"since": start and start.isoformat(),
                              "until": end and end.isoformat(), "metadata": wanted or None}
     return {name: value for name, value in found.items() if value is not None}
-
-
-def kwargs_summary(kwargs: Mapping[str, Any]) -> str:
-    """What a message's headers say about its arguments (Celery's ``kwargsrepr``, which
-    Flower shows and task events carry): identifiers and options, and only the size of
-    anything else. Memory contents and queries stay out of the monitoring path, and
-    Celery's own repr of every argument cost about a fifth of each publish."""
-    parts = []
-    for key, value in kwargs.items():
-        if key in _SHOWN_ARGUMENTS or value is None or isinstance(value, bool | int | float):
-            shown = repr(value)
-        elif isinstance(value, str):
-            shown = f"<{len(value)} chars>"
-        elif isinstance(value, Mapping):
-            shown = f"<{len(value)} keys>"
-        else:
-            shown = f"<{len(value)} items>" if hasattr(value, "__len__") else "<...>"
-        parts.append(f"{key!r}: {shown}")
-    return "{" + ", ".join(parts) + "}"
 
 
 def _item_json(item: StoreItem) -> dict[str, Any]:

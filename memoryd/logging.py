@@ -5,7 +5,9 @@ readable console otherwise: the children of ``memoryd up`` inherit its terminal,
 they choose the same way. The standard library's loggers (Celery, kombu, SQLAlchemy)
 are routed through the same processors; the chatty ones are kept at WARNING. Context
 bound with ``bind_contextvars`` (task id, task name, agent id) appears on every line.
-Memory content and secrets never reach a log line in full.
+Memory content and secrets never reach a log line: content-like fields are reduced to
+their size, and every text and traceback passes ``memoryd.redaction`` (a database
+error's parameters and DETAIL, which may quote a row, are left out).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any, TextIO
 
 import structlog
 
+from memoryd.redaction import format_error, scrub
+
 _SECRET_KEYS = re.compile(r"(api_?key|password|passwd|secret|token|authorization|credential)",
                           re.IGNORECASE)
 _CONTENT_KEYS = {"content", "query", "text", "prompt", "messages"}
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
 MAX_VALUE_CHARS = 200
 MAX_EVENT_CHARS = 500  # third-party messages may embed payloads (task bodies, results)
 # Loggers that report their internals at INFO; kept at WARNING (at least) whatever the
@@ -56,12 +59,16 @@ def redact(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> Mutab
         elif key in _CONTENT_KEYS and isinstance(value, str):
             event[key] = f"<{len(value)} chars>"
         elif isinstance(value, str):
-            cleaned = _URL_PASSWORD.sub(r"\1***\3", value)
+            cleaned = scrub(value)
             limit = MAX_EVENT_CHARS if key == "event" else MAX_VALUE_CHARS
             if len(cleaned) > limit:
                 cleaned = cleaned[:limit] + f"… [{len(cleaned)} chars]"
             event[key] = cleaned
     return event
+
+
+def _format_exc_info(exc_info: Any) -> str:
+    return format_error(exc_info[1])
 
 
 def _shared_processors() -> list[Any]:
@@ -146,7 +153,7 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_shared_processors(),
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, renderer],
+                    structlog.processors.ExceptionRenderer(_format_exc_info), renderer],
     )
     handler = _LineHandler(out)
     handler.setFormatter(formatter)

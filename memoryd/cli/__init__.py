@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from memoryd.errors import MemorydError
+from memoryd.redaction import describe_error, format_error, scrub
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,15 +50,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         get_settings()  # fail loudly on a bad configuration, before anything starts
         result: int = args.handler(args)
     except MemorydError as exc:
-        print(f"memoryd: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"memoryd: error: {describe_error(exc)}", file=sys.stderr)
         return 2
     except _unreachable() as exc:
         # The database or broker is down: say so in one line, not with a traceback.
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        first = scrub(str(getattr(exc, "orig", None) or exc)).strip().splitlines()[0]
         print(f"memoryd: error: Unavailable: {first}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # Python would print the traceback with the error's text, which may quote a row.
+        print(format_error(exc), file=sys.stderr)
+        return 1
     finally:
         _release_embedded()
     return result

@@ -46,15 +46,15 @@ def _retry(args: argparse.Namespace) -> int:
     """Taken out of the table and sent in one transaction: if sending fails, the letter
     stays; if the commit fails after sending, a second retry sends it again, which the
     tasks' idempotence makes harmless."""
-    from memoryd.client import kwargs_summary
     from memoryd.memory import dead_letters
+    from memoryd.redaction import summarize
     from memoryd.worker import app
 
     with database.session() as session:
         letter = dead_letters.take(session, args.id)
         sent = app.send_task(letter.task_name, args=letter.args, kwargs=letter.kwargs,
                              queue=letter.queue or None, argsrepr="()",
-                             kwargsrepr=kwargs_summary(letter.kwargs))
+                             kwargsrepr=summarize(letter.kwargs))
     print(f"sent {letter.task_name} again as task {sent.id}")
     return 0
 

@@ -37,6 +37,8 @@ def make_engine(url: str, *, pool_size: int | None = None,
         pool_size=pool_size or settings.db_pool_size,
         max_overflow=pool_size or settings.db_pool_size,
         pool_recycle=1800,
+        # A failed statement's error never lists its parameters (memory contents).
+        hide_parameters=True,
         connect_args={"options": f"-c statement_timeout={timeout}",
                       "application_name": "memoryd"},
     )

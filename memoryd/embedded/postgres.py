@@ -177,7 +177,13 @@ class EmbeddedPostgres:
     def _start(self) -> None:
         self._prepare_permissions(self.pgdata)
         port = self.port
-        settings = {"max_connections": "200", **self.server_options}
+        # The server's log keeps no failed statement's error (its message, DETAIL and
+        # statement may quote the row: "Failing row contains (...)"); memoryd's own log
+        # names each by its condition and constraint. Start-up, checkpoints and fatal
+        # errors stay, tersely.
+        settings = {"max_connections": "200", "log_min_messages": "log",
+                    "log_error_verbosity": "terse", "log_min_error_statement": "panic",
+                    **self.server_options}
         # TCP only (``-k ''``: no unix socket): a socket's path is limited to about 100
         # bytes, so one inside a deep data directory stopped the server from starting.
         options = f"-h 127.0.0.1 -p {port} -k '' " + " ".join(

@@ -27,6 +27,7 @@ from memoryd.errors import MemorydError
 from memoryd.gateway import access
 from memoryd.gateway.access import Verifier
 from memoryd.gateway.problems import UNREACHABLE
+from memoryd.redaction import describe_error
 from memoryd.types import (
     Added,
     ContextResult,
@@ -107,7 +108,7 @@ class MemoryTools:
             agent_id = await anyio.to_thread.run_sync(self.binding.agent, ctx, permission)
             return await anyio.to_thread.run_sync(work, agent_id)
         except MemorydError as exc:
-            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+            raise ToolError(describe_error(exc)) from None
         except UNREACHABLE:
             raise ToolError("memoryd is unavailable right now; try again later") from None
 

@@ -3,6 +3,7 @@ that tells a caller what to do, and never a stack trace."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import structlog
@@ -21,6 +22,7 @@ from memoryd.errors import (
     Unavailable,
     ValidationError,
 )
+from memoryd.redaction import describe_error
 
 log = structlog.get_logger(__name__)
 
@@ -61,12 +63,16 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
             if isinstance(exc, ValidationError):
                 return status, kind, exc.message, exc.field
             return status, kind, str(exc), None
-    return 500, "internal", "internal error; the gateway's log has the details", None
+    return 500, "internal", "internal error", None
 
 
 def from_exception(exc: BaseException) -> JSONResponse:
     status, kind, message, field = classify(exc)
     if status == 500:
-        log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
+        # The body names the log line, never the cause: its text may quote a row.
+        request_id = uuid.uuid4().hex
+        message = f"internal error; the gateway's log has the details (request id {request_id})"
+        log.error("gateway.unhandled", request_id=request_id, error=describe_error(exc),
+                  exc_info=exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return response(status, kind, message, field, headers)

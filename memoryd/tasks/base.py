@@ -6,15 +6,17 @@ from __future__ import annotations
 import inspect
 import re
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from celery import Task
+from celery.exceptions import Retry, TaskPredicate
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from memoryd.errors import NotFound, ValidationError
+from memoryd.errors import MemorydError, NotFound, ValidationError
 from memoryd.process import GLOBALS
+from memoryd.redaction import redacted, summarize
 
 if TYPE_CHECKING:
     from memoryd.memory.store import MemoryStore
@@ -65,7 +67,17 @@ class MemorydTask(Task):  # type: ignore[misc]
             named = re.search(r"'([^']+)'", str(exc))
             raise ValidationError(named.group(1) if named else "message",
                                   str(exc)) from None
-        return super().__call__(*args, **kwargs)
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            raise leaving(exc) from None
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Messages the worker sends itself (retries above all) carry summaries of their
+        arguments, like the client's: Celery's default repr would show contents in Flower."""
+        options.setdefault("argsrepr", summarize(args or ()))
+        options.setdefault("kwargsrepr", summarize(kwargs or {}))
+        return super().apply_async(args, kwargs, **options)
 
     def Strategy(self, task: Any, app: Any, consumer: Any, **kwargs: Any) -> Any:
         """Celery's message handler, behind the delivery guard: poison messages become
@@ -73,6 +85,19 @@ class MemorydTask(Task):  # type: ignore[misc]
         from memoryd.worker.strategies import guarded
 
         return guarded(task, app, consumer, **kwargs)
+
+
+def leaving(exc: Exception) -> BaseException:
+    """What a task lets out for ``exc``, which the result backend stores for the caller
+    and task events, logs and Flower show: memoryd's own errors and Celery's signals as
+    they are; a retry with its cause redacted; anything else redacted."""
+    if isinstance(exc, Retry):
+        cause = None if exc.exc is None else redacted(exc.exc)
+        return cast(BaseException, Retry(exc.message, exc=cause, when=exc.when,
+                                         is_eager=exc.is_eager, sig=exc.sig))
+    if isinstance(exc, MemorydError | TaskPredicate):  # Ignore, Reject: Celery's signals
+        return exc
+    return redacted(exc)
 
 
 def dump(value: Any) -> Any:

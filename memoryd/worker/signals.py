@@ -13,6 +13,7 @@ from celery.app import trace as celery_trace
 from memoryd import logging as mlog
 from memoryd import process
 from memoryd.config import get_settings, reset_settings
+from memoryd.redaction import summarize
 
 log = structlog.get_logger(__name__)
 
@@ -25,6 +26,18 @@ def _setup_logging(loglevel: Any = None, **_: Any) -> None:
     # Celery logs every task's return value on success; a recall returns memory
     # content, which must never reach the logs.
     celery_trace.LOG_SUCCESS = "Task %(name)s[%(id)s] succeeded in %(runtime)ss"
+
+
+@signals.worker_init.connect
+def _summarize_results(**_: Any) -> None:
+    # The task-succeeded event (which Flower shows) carries Celery's repr of each task's
+    # return value, taken in the pool process as ``trace.saferepr(retval, maxsize)``; a
+    # recall's would hold memory contents. The result backend still gets the value.
+    celery_trace.saferepr = _result_summary
+
+
+def _result_summary(value: Any, maxlen: int | None = None, **_: Any) -> str:
+    return summarize(value)
 
 
 @signals.worker_init.connect

@@ -52,14 +52,19 @@ class GatewayProcess:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()
+
+
+def terminate(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` is still there after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def make_key(store: Any, *, agents: tuple[str, ...] = (), prefixes: tuple[str, ...] = (),

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+
 import pytest
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
+from memoryd import logging as mlog
 from memoryd.errors import (
     ContentTooLarge,
     Forbidden,
@@ -16,7 +21,8 @@ from memoryd.errors import (
     ValidationError,
     WorkerError,
 )
-from memoryd.gateway.problems import body, classify
+from memoryd.gateway.problems import body, classify, from_exception
+from tests.support.canary import database_error
 
 
 @pytest.mark.parametrize(("error", "status", "kind", "field"), [
@@ -52,3 +58,23 @@ def test_internal_errors_say_nothing_of_their_cause() -> None:
 def test_the_error_body_names_the_field_only_when_there_is_one() -> None:
     assert body("not_found", "gone") == {"error": {"type": "not_found", "message": "gone"}}
     assert body("validation_error", "bad", "limit")["error"]["field"] == "limit"
+
+
+def test_a_500_body_gives_a_request_id_that_the_log_line_carries_and_no_cause(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    canary = "canary-body-91d2"
+    mlog.configure(json=True, force=True, stream=sys.stderr)
+    try:
+        answer = from_exception(database_error(canary))
+    finally:
+        mlog.configure(json=False, force=True)
+    error = json.loads(answer.body)["error"]
+    assert answer.status_code == 500 and error["type"] == "internal"
+    request_id = re.fullmatch(r"internal error; the gateway's log has the details "
+                              r"\(request id ([0-9a-f]{32})\)", error["message"])
+    assert request_id is not None
+    logged = capsys.readouterr().err
+    assert canary not in logged and canary not in answer.body.decode()
+    (line,) = [json.loads(text) for text in logged.splitlines() if "gateway.unhandled" in text]
+    assert line["request_id"] == request_id.group(1)
+    assert line["error"] == "IntegrityError: CheckViolation (SQLSTATE 23514)"

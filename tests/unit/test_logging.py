@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 import structlog
+from sqlalchemy.exc import IntegrityError
 
 from memoryd import logging as mlog
+from tests.support.canary import database_error
 
 
 @pytest.fixture
@@ -65,6 +67,26 @@ def test_long_foreign_messages_are_cut(json_logs: io.StringIO) -> None:
     (line,) = _lines(json_logs)
     assert len(str(line["event"])) < 600
     assert str(line["event"]).endswith("chars]")
+
+
+def test_a_logged_database_error_keeps_its_frames_but_not_the_row(
+        json_logs: io.StringIO) -> None:
+    canary = "canary-logged-4be1"
+    try:
+        raise database_error(canary)
+    except IntegrityError as exc:
+        # As Celery reports a failed task, and as memoryd's own code would.
+        logging.getLogger("celery.app.trace").error(
+            "Task %s raised unexpected: %r", "memoryd.store", exc, exc_info=True)
+        structlog.get_logger("memoryd.test").exception("store.failed")
+    celery_line, own_line = _lines(json_logs)
+    assert canary not in json_logs.getvalue()
+    for line in (celery_line, own_line):
+        assert "Traceback (most recent call last)" in str(line["exception"])
+        assert str(line["exception"]).endswith(
+            "sqlalchemy.exc.IntegrityError: CheckViolation (SQLSTATE 23514)")
+    assert str(celery_line["event"]).startswith("Task memoryd.store raised unexpected: "
+                                                "IntegrityError(")
 
 
 def test_worker_does_not_log_task_results() -> None:

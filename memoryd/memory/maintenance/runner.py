@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import json
 import time
-import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from memoryd import clock
 from memoryd import validation as check
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.context import JobContext, JobFn
+from memoryd.redaction import describe_error
 
 if TYPE_CHECKING:
     from memoryd.memory.llm import LLM
@@ -132,8 +132,7 @@ def _run_locked(store: MemoryStore, job_name: str, fn: JobFn, agent_id: str | No
         _finish_run(store, run_id, "failed", {}, "transient database error; retried")
         raise
     except Exception as exc:  # recorded in the audit, then re-raised for the caller
-        _finish_run(store, run_id, "failed", {}, "".join(
-            traceback.format_exception_only(type(exc), exc)).strip())
+        _finish_run(store, run_id, "failed", {}, describe_error(exc))
         bound.exception("maintenance.failed")
         raise
     stats = {**outcome.stats, "duration_ms": round((time.monotonic() - started) * 1000)}

@@ -1,0 +1,130 @@
+"""What memoryd lets out of a process besides the answer itself: log lines, task events
+(Flower), stored errors and error bodies. Values are reduced to their identifiers and
+sizes, and errors to their class and a message that holds no row values.
+
+Memory contents and queries travel in task bodies and results, to the caller; never in
+the monitoring path. memoryd's own errors (``MemorydError``) are written to be shown;
+anything else is described by its class and, for a database error, the SQLSTATE name
+and the schema objects involved: the server's message and DETAIL may quote a row
+(``Failing row contains (...)``, ``Key (agent_id, key)=(...)``), and SQLAlchemy's may
+list the statement's parameters.
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from memoryd.errors import MemorydError, WorkerError
+
+# Values shown as they are in summaries: identifiers and options, never content.
+SHOWN_KEYS = frozenset({"agent_id", "memory_id", "start_id", "job", "mode", "limit",
+                        "depth", "dry_run", "category", "id", "run_id", "status"})
+MAX_MESSAGE_CHARS = 200
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+# Where a database error's text starts quoting values; nothing after it is kept.
+_VALUES_FOLLOW = re.compile(r"\[parameters:|\[SQL parameters|^\s*(DETAIL|CONTEXT|HINT):"
+                            r"|Failing row contains|\bKey \(", re.MULTILINE)
+_DIAG_NAMES = ("table_name", "column_name", "constraint_name", "datatype_name")
+
+
+def summarize(value: Any) -> str:
+    """A value as monitoring shows it: numbers, booleans and identifiers as they are,
+    the size of anything else (``<23 chars>``, ``<3 items>``, ``<5 keys>``)."""
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return f"<{len(value)} chars>"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{key!r}: {_entry(key, item)}"
+                               for key, item in value.items()) + "}"
+    if isinstance(value, list | tuple | set | frozenset):
+        return f"<{len(value)} items>"
+    return f"<{type(value).__name__}>"
+
+
+def _entry(key: object, value: Any) -> str:
+    if key in SHOWN_KEYS and isinstance(value, str | int | float | bool | type(None)):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return f"<{len(value)} keys>"
+    return summarize(value)
+
+
+def scrub(text: str) -> str:
+    """Free text (a log message, an exception's string) without what may quote values:
+    URL passwords masked, and everything from a database error's DETAIL or SQLAlchemy's
+    parameters on cut off."""
+    text = _URL_PASSWORD.sub(r"\1***\3", text)
+    found = _VALUES_FOLLOW.search(text)
+    return text if found is None else text[:found.start()].rstrip() + " [values hidden]"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Class: message`` without values: memoryd's own errors as they are, a database
+    error by its condition and the schema objects it names, anything else by the first
+    line of its text with quoted values masked."""
+    name = type(exc).__name__
+    if isinstance(exc, MemorydError):
+        return f"{name}: {exc}" if str(exc) else name
+    driver = getattr(exc, "orig", None)  # SQLAlchemy's wrapper of the driver's error
+    if isinstance(driver, BaseException):
+        inner = _database_error(driver)
+        return f"{name}: {inner.removeprefix(name + ': ')}"
+    if getattr(exc, "sqlstate", None):
+        return _database_error(exc)
+    first = scrub(str(exc)).strip().split("\n", 1)[0]
+    message = _QUOTED.sub("'…'", first)[:MAX_MESSAGE_CHARS]
+    return f"{name}: {message}" if message else name
+
+
+def _database_error(exc: BaseException) -> str:
+    """The driver's error: a server error by its condition (the class psycopg names
+    after the SQLSTATE) and the schema objects involved; a client-side one (no SQLSTATE:
+    the connection failed) like any other error, its first line quoting no row."""
+    state = getattr(exc, "sqlstate", None)
+    if not state:
+        return describe_error(exc)
+    diag = getattr(exc, "diag", None)
+    names = [f"{field.removesuffix('_name')} {value}" for field in _DIAG_NAMES
+             if (value := getattr(diag, field, None))]
+    return f"{type(exc).__name__} (SQLSTATE {state})" + (f" on {', '.join(names)}"
+                                                         if names else "")
+
+
+def format_error(exc: BaseException) -> str:
+    """A traceback as Python prints it (frames, causes, contexts), with each
+    exception's line replaced by ``describe_error``: frames show code, never values."""
+    blocks: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = "".join(traceback.format_tb(current.__traceback__))
+        header = "Traceback (most recent call last):\n" if frames else ""
+        module = type(current).__module__
+        prefix = "" if module == "builtins" else f"{module}."
+        blocks.append(f"{header}{frames}{prefix}{describe_error(current)}")
+        if current.__cause__ is not None:
+            blocks.append("\nThe above exception was the direct cause of the following "
+                          "exception:\n")
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            blocks.append("\nDuring handling of the above exception, another exception "
+                          "occurred:\n")
+            current = current.__context__
+        else:
+            current = None
+    return "\n".join(reversed(blocks))
+
+
+def redacted(exc: BaseException) -> BaseException:
+    """The exception to let out in place of ``exc``: memoryd's own errors as they are;
+    anything else as a ``WorkerError`` saying what ``describe_error`` says, with the
+    original frames but neither its text nor its chain."""
+    if isinstance(exc, MemorydError):
+        return exc
+    return WorkerError(describe_error(exc)).with_traceback(exc.__traceback__)

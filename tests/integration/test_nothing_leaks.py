@@ -1,0 +1,194 @@
+"""Memory contents reach the caller and the database, nothing else: a real worker, gateway
+and Flower serve stores, recalls, lists, gets, context, graph queries and a write that
+PostgreSQL refuses with the row in its DETAIL; then every log, every file the run wrote,
+Flower's pages and the error bodies are searched for the content."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from memoryd.memory.store import MemoryStore
+from tests.integration.conftest import TEST_HOME
+from tests.support.flower import FlowerProcess
+from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.workers import WorkerProcess, memoryd_env, redis_db_url
+
+pytestmark = pytest.mark.slow
+
+REDACT_DB = 12  # this file's own broker database
+REFUSED = "refused-by-check"
+BUSY = "table-is-busy"
+# The database's and the broker's own storage hold contents by design (the broker
+# holds task messages); everything else a run writes, their logs included, must not.
+STORAGE = (TEST_HOME / "postgres" / "pgdata", TEST_HOME / "redis" / "appendonly.aof",
+           TEST_HOME / "redis" / "appendonlydir")
+
+
+@pytest.fixture
+def stack(pg_url: str, redis_url: str, tmp_path: Path
+          ) -> Iterator[tuple[GatewayProcess, FlowerProcess, WorkerProcess]]:
+    env = memoryd_env(pg_url, redis_db_url(redis_url, REDACT_DB))
+    worker = WorkerProcess(env, tmp_path / "worker.log", concurrency=1)
+    gateway = GatewayProcess(env, tmp_path / "gateway.log")
+    flower = FlowerProcess(env, tmp_path / "flower.log")
+    try:
+        worker.wait_ready()
+        gateway.wait_ready()
+        flower.wait_ready()
+        yield gateway, flower, worker
+    finally:
+        flower.stop()
+        gateway.stop()
+        worker.stop()
+
+
+@pytest.fixture
+def refusing_check(store: MemoryStore) -> Iterator[None]:
+    """A CHECK constraint that PostgreSQL enforces on the INSERT: its violation names
+    the whole row, content included, in the error's DETAIL."""
+    with store.session() as session:
+        session.execute(text(f"ALTER TABLE memories ADD CONSTRAINT test_refuses CHECK "
+                             f"(position('{REFUSED}' in content) = 0) NOT VALID"))
+    try:
+        yield
+    finally:
+        with store.session() as session:
+            session.execute(text("ALTER TABLE memories DROP CONSTRAINT test_refuses"))
+
+
+@pytest.fixture
+def busy_table(store: MemoryStore) -> Iterator[Callable[[], None]]:
+    """A trigger that fails an INSERT of a content holding ``BUSY`` as a busy table would
+    (``lock_not_available``: transient, so the task retries), quoting the content in
+    its message; the fixture's value lifts it."""
+    with store.session() as session:
+        session.execute(text(f"""
+            CREATE FUNCTION test_busy() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+              IF position('{BUSY}' in NEW.content) > 0 THEN
+                RAISE EXCEPTION 'busy with %', NEW.content USING ERRCODE = '55P03';
+              END IF;
+              RETURN NEW;
+            END $$"""))
+        session.execute(text("CREATE TRIGGER test_busy BEFORE INSERT ON memories "
+                             "FOR EACH ROW EXECUTE FUNCTION test_busy()"))
+
+    def lift() -> None:
+        with store.session() as session:
+            session.execute(text("DROP TRIGGER IF EXISTS test_busy ON memories"))
+            session.execute(text("DROP FUNCTION IF EXISTS test_busy()"))
+    try:
+        yield lift
+    finally:
+        lift()
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _written_files(*roots: Path) -> Iterator[Path]:
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and not any(path.is_relative_to(s) for s in STORAGE):
+                yield path
+
+
+def _serve(http: httpx.Client, canary: str) -> tuple[str, list[httpx.Response]]:
+    """Store two memories holding ``canary`` and read them back every way; the first
+    memory's id and the error responses."""
+    made = [http.post("/memories", json={
+        "content": f"The user's locker code is {canary} number {n}.", "key": f"{canary}-{n}",
+        "tags": [canary], "metadata": {"note": canary}, "session_id": "s1"})
+        for n in range(2)]
+    assert [r.status_code for r in made] == [201, 201], made[0].text
+    memory_id = made[0].json()["id"]
+    answers = [
+        http.post("/recall", json={"query": f"locker code {canary}"}),
+        http.post("/context", json={"query": f"locker code {canary}"}),
+        http.get("/memories"),
+        http.get(f"/memories/{memory_id}"),
+        http.post("/kg/entities", json={"id": "locker", "type": "thing",
+                                        "attributes": {"code": canary}}),
+        http.get("/kg/entities/locker"),
+    ]
+    assert all(r.status_code in (200, 201) for r in answers), [r.text for r in answers]
+    assert canary in answers[0].text and canary in answers[3].text  # the caller gets it
+    refused = http.post("/memories", json={"content": f"{REFUSED} {canary}"})
+    missing = http.get(f"/memories/{uuid.uuid4()}")
+    assert refused.status_code >= 400 and missing.status_code == 404
+    return memory_id, [refused, missing]
+
+
+def _store_while_busy(http: httpx.Client, flower: FlowerProcess, lift: Callable[[], None],
+                      canary: str) -> None:
+    """A store that PostgreSQL fails as busy until the worker has retried it at least
+    once; then the table is free and the store lands."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(http.post, "/memories", json={"content": f"{BUSY} {canary}"})
+        _until(lambda: any(t.get("name") == "memoryd.store" and t.get("retries")
+                           for t in flower.tasks().values()), "the busy store's retry")
+        lift()
+        assert pending.result().status_code == 201
+
+
+def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
+    tasks = flower.tasks()
+    pages = [flower.get("/api/tasks"), flower.get("/tasks"), flower.get(
+        "/tasks/datatable", draw=1, start=0, length=100, **{
+            "order[0][column]": 0, "columns[0][data]": "name", "order[0][dir]": "desc"})]
+    pages += [flower.get(f"/task/{task_id}") for task_id in tasks]
+    assert all(page.status_code == 200 for page in pages)
+    return pages
+
+
+def test_contents_reach_the_caller_and_the_database_and_nothing_else(
+        stack: tuple[GatewayProcess, FlowerProcess, WorkerProcess], store: MemoryStore,
+        refusing_check: None, busy_table: Callable[[], None], tmp_path: Path) -> None:
+    gateway, flower, _ = stack
+    canary = f"canary{uuid.uuid4().hex}"
+    agent = f"agent-{uuid.uuid4()}"
+    http = httpx.Client(base_url=f"{gateway.url}/v1/agents/{agent}", timeout=120,
+                        headers=bearer(make_key(store, agents=(agent,))))
+
+    # Flower sees the worker's events from when it connects: wait until it saw one.
+    def flower_saw_a_task() -> bool:
+        http.get("/sessions")
+        return any(t.get("name") == "memoryd.sessions" for t in flower.tasks().values())
+    _until(flower_saw_a_task, "flower to receive task events")
+    memory_id, errors = _serve(http, canary)
+    _store_while_busy(http, flower, busy_table, canary)
+    with store.session() as session:
+        rows = session.execute(text("SELECT content FROM memories WHERE agent_id = :a"),
+                               {"a": agent}).scalars().all()
+    assert len(rows) == 3 and all(canary in row for row in rows)
+
+    def refused_stores() -> list[dict[str, Any]]:
+        return [t for t in flower.tasks().values()
+                if t.get("name") == "memoryd.store" and t.get("state") == "FAILURE"]
+    _until(lambda: bool(refused_stores()), "flower to see the refused store")
+    (failed,) = refused_stores()
+    assert "CheckViolation" in str(failed.get("exception"))  # PostgreSQL refused the row
+    pages = _flower_pages(flower)
+    assert memory_id in "".join(page.text for page in pages)  # results are summarised
+    assert "LockNotAvailable" in "".join(page.text for page in pages)  # and retried
+
+    http.close()
+    for process in stack:
+        process.stop()
+    leaks = [f"flower {page.url.path}" for page in pages if canary in page.text]
+    leaks += [f"error body {r.url.path}" for r in errors if canary in r.text]
+    leaks += [str(path) for path in _written_files(TEST_HOME, tmp_path)
+              if canary.encode() in path.read_bytes()]
+    assert leaks == []
