@@ -1,11 +1,13 @@
 """The Redis transport under SIGKILL: consumers of memoryd's transport
 (``tests/support/lease_consumer.py``: kombu, no Celery, no models) killed at random
 moments under a stream of messages, and killed at the one moment kombu's own transport
-cannot survive, between taking a message and recording it as held. Real Redis, real
-processes; every message is accounted for by id."""
+cannot survive, between taking a message and recording it as held; and the sweep that
+brings a dead consumer's messages back. Real Redis, real processes; every message is
+accounted for by id."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -230,3 +232,41 @@ def test_kombus_own_transport_loses_a_message_killed_between_pop_and_record(
     time.sleep(VISIBILITY_S * 3)  # three leases' worth of sweeps by the live consumer
     assert group.marks.smembers("processed") == set()
     assert group.marks.hlen("unacked") == 0 and group.marks.llen("memory") == 0
+
+
+def test_a_sweep_restores_a_lapsed_lease_once_and_a_renewed_one_never(redis_url: str) -> None:
+    """The sweep's restore re-checks the lease inside its transaction: a message renewed
+    after the scan stays held, and restoring a lapsed one twice puts it back once."""
+    from memoryd.broker.redis_leases import Transport
+
+    url = redis_db_url(redis_url, STOP_DB)
+    raw = redis.Redis.from_url(url)
+    raw.flushdb()
+    publish(url, range(1, 2))
+    held = []
+    with Connection(url, transport=Transport,
+                    transport_options={"visibility_timeout": VISIBILITY_S}) as conn, \
+            conn.Consumer([Queue("memory")], prefetch_count=1,
+                          callbacks=[lambda body, message: held.append(message)]):
+        conn.drain_events(timeout=10)
+        (message,) = held
+        qos = message.channel.qos
+        qos.leases.release(message.delivery_tag)  # no renewals from here on
+        tag = message.delivery_tag.encode()
+        assert raw.hexists("unacked", tag) and raw.llen("memory") == 0
+
+        ceil = time.time() - VISIBILITY_S
+        raw.zadd("unacked_index", {tag: time.time()})  # renewed after the scan
+        qos.restore_expired(tag, ceil, raw)
+        assert raw.hexists("unacked", tag) and raw.llen("memory") == 0
+
+        raw.zadd("unacked_index", {tag: ceil - 1})  # lapsed
+        qos.restore_expired(tag, ceil, raw)
+        qos.restore_expired(tag, ceil, raw)
+        assert raw.llen("memory") == 1
+        assert not raw.hexists("unacked", tag) and raw.zcard("unacked_index") == 0
+        restored = json.loads(raw.lindex("memory", 0))
+        assert restored["properties"]["delivery_tag"] == message.delivery_tag
+        assert restored["headers"]["redelivered"] is True
+    raw.flushdb()
+    raw.close()
