@@ -1,11 +1,12 @@
 """What differs between the two brokers memoryd supports, behind one protocol.
 
 Redis (the default, and the embedded broker) emulates acknowledgements with a
-visibility timeout: workers renew the leases of the messages they hold
-(``redis_leases``), so a dead worker's messages come back within the timeout, and
-deliveries are counted beside the queues. RabbitMQ (``amqp://``) gives a dead
-consumer's messages back as soon as its connection drops; memoryd declares its queues
-as quorum queues, which count deliveries themselves and stop redelivering at a limit.
+visibility timeout: workers take each message and record it as held in one atomic step
+and renew the leases of the messages they hold (``redis_leases``), so a dead worker's
+messages come back within the timeout, and deliveries are counted beside the queues.
+RabbitMQ (``amqp://``) gives a dead consumer's messages back as soon as its connection
+drops; memoryd declares its queues as quorum queues, which count deliveries themselves
+and stop redelivering at a limit.
 
 Nothing here imports worker code: the thin client builds its queues from this module
 too, so client and worker always declare the same queues."""

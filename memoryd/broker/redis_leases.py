@@ -11,6 +11,16 @@ every third of the timeout, from a thread of its own, like an SQS consumer exten
 message's visibility: held messages never expire while their worker lives, and a dead
 worker's are back on their queue within the timeout plus one sweep interval.
 
+Taking a message and recording it as held are one step. kombu pops with BRPOP and
+writes ``unacked`` afterwards, from the worker, so a worker killed between the two lost
+the message for good. Here a Lua script, which Redis runs atomically, pops the message
+and writes it into ``unacked`` and ``unacked_index`` in one go (``TAKE``): a message is
+always on its queue or held under a lease, whenever the worker dies. Scripts cannot
+block, so an idle consumer waits with a blocking move of the first queue's oldest
+message onto itself (``BLMOVE q q RIGHT RIGHT``, which changes nothing) and takes once
+it returns; messages on its other queues (and priority levels) are found within a
+second of arriving, at its next take.
+
 Selected with the worker app's ``broker_transport`` for ``redis://`` URLs; publishers
 (the client, beat) use kombu's transport unchanged."""
 
@@ -18,15 +28,63 @@ from __future__ import annotations
 
 import threading
 import time
+from queue import Empty
 from typing import Any
 
 import structlog
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
+
+from memoryd.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 
+# BLMOVE, the idle consumer's wait, came with Redis 6.2.
+MIN_REDIS_VERSION = (6, 2)
+
 # A renewal happens every visibility_timeout / RENEWALS_PER_TIMEOUT seconds.
 RENEWALS_PER_TIMEOUT = 3
+
+# KEYS: the queue keys in the order to take from, then ``unacked``, ``unacked_index``.
+# ARGV[1]: the time of the take (the lease's start, on the workers' clock like every
+# renewal and sweep); ARGV[2..]: per queue key, 1 to record the message as held, 0 for a
+# consumer that acknowledges nothing. Returns {key, message, recorded} or nil. The hash
+# value is kombu's ``[message, exchange, routing_key]``, the message kept byte for byte.
+# A message that is not kombu's JSON is popped unrecorded, as kombu would (it fails to
+# decode it too).
+TAKE = """
+local queues = #KEYS - 2
+for i = 1, queues do
+  local item = redis.call('LINDEX', KEYS[i], -1)
+  if item then
+    redis.call('RPOP', KEYS[i])
+    local ok, message = pcall(cjson.decode, item)
+    local props = ok and type(message) == 'table' and message['properties']
+    local tag = type(props) == 'table' and props['delivery_tag']
+    if ARGV[i + 1] == '1' and type(tag) == 'string' then
+      local info = type(props['delivery_info']) == 'table' and props['delivery_info'] or {}
+      redis.call('HSET', KEYS[queues + 1], tag, '[' .. item .. ',' ..
+                 cjson.encode(info['exchange'] or '') .. ',' ..
+                 cjson.encode(info['routing_key'] or '') .. ']')
+      redis.call('ZADD', KEYS[queues + 2], ARGV[1], tag)
+      return {KEYS[i], item, 1}
+    end
+    return {KEYS[i], item, 0}
+  end
+end
+return false
+"""
+
+
+def check_redis_version(version: str) -> None:
+    """Refuse a Redis older than ``MIN_REDIS_VERSION`` by name, before a consumer's first
+    wait fails on an unknown command."""
+    found = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if found < MIN_REDIS_VERSION:
+        raise ConfigError(f"MEMORYD_BROKER_URL: Redis {version or '(unknown)'} is too old; "
+                          "memoryd's workers need Redis 6.2 or later")
 
 
 class LeaseRenewer:
@@ -85,12 +143,18 @@ class LeaseRenewer:
 class LeasedQoS(kombu_redis.QoS):
     """kombu's Redis QoS, also recording which messages this channel holds."""
 
+    channel: Channel
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.leases = LeaseRenewer(self)
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        super().append(message, delivery_tag)
+        if delivery_tag in self.channel.taken:  # ``TAKE`` recorded it already
+            self.channel.taken.discard(delivery_tag)
+            virtual.QoS.append(self, message, delivery_tag)
+        else:  # delivered some other way (a fanout message, a basic_get): kombu records it
+            super().append(message, delivery_tag)
         self.leases.hold(delivery_tag)
 
     def ack(self, delivery_tag: str) -> None:
@@ -105,9 +169,117 @@ class LeasedQoS(kombu_redis.QoS):
         self.leases.release_all()
         super().restore_unacked(client)
 
+    def restore_visible(self, start: int = 0, num: int | None = 10, interval: int = 10) -> None:
+        """kombu's sweep, restoring each message only if its lease has still run out
+        when the restore happens: a renewal just after the scan keeps it held."""
+        self._vrestore_count += 1
+        if (self._vrestore_count - 1) % (interval or 1):
+            return
+        with self.channel.conn_or_acquire() as client:
+            try:
+                with kombu_redis.Mutex(client, self.unacked_mutex_key,
+                                       self.unacked_mutex_expire):
+                    ceil = time.time() - self.visibility_timeout
+                    for tag in client.zrange(self.unacked_index_key, ceil, 0, desc=True,
+                                             byscore=True, offset=num and start, num=num):
+                        self.restore_expired(tag, ceil, client)
+            except kombu_redis.MutexHeld:
+                pass
+
+    def restore_expired(self, tag: bytes, ceil: float, client: Any) -> None:
+        """Put one message back on its queue if its lease is older than ``ceil``, in one
+        transaction that a renewal, an acknowledgement or another sweep meanwhile
+        aborts (and redis-py retries): a message is restored at most once."""
+
+        def move(pipe: Any) -> None:
+            score = pipe.zscore(self.unacked_index_key, tag)
+            raw = pipe.hget(self.unacked_key, tag)
+            pipe.multi()
+            if score is None or score > ceil:
+                return
+            self._remove_from_indices(tag, pipe)
+            if raw:
+                message, exchange, routing_key = loads(bytes_to_str(raw))
+                self.channel._do_restore_message(message, exchange, routing_key, pipe)
+
+        client.transaction(move, self.unacked_key, self.unacked_index_key)
+
 
 class Channel(kombu_redis.Channel):
+    """kombu's Redis channel, taking messages with ``TAKE`` instead of BRPOP.
+
+    The consuming connection alternates between two commands: ``TAKE`` (answered at
+    once) while messages may be waiting, and, after a take found nothing, a blocking
+    wait on the first queue that returns as soon as it holds a message, or after
+    kombu's ``brpop_timeout`` (1 s). kombu's poller, health checks and prefetch
+    pauses see them as they saw BRPOP."""
+
     QoS = LeasedQoS
+    qos: LeasedQoS
+    _waiting = False  # the last take found nothing: wait before the next one
+    _in_take = False  # the command in flight on the consuming connection is a take
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.taken: set[str] = set()  # recorded by ``TAKE``, not yet appended to the QoS
+        self._unheld_queues: set[str] = set()  # consumed without acknowledgements
+        super().__init__(*args, **kwargs)
+        self._check_version()
+
+    def _check_version(self) -> None:
+        try:
+            version = str(self.client.info("server").get("redis_version", ""))
+        except self.ResponseError:  # INFO refused (an ACL): BLMOVE will say it instead
+            return
+        check_redis_version(version)
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        (self._unheld_queues.add if no_ack else self._unheld_queues.discard)(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        connection = self.client.connection
+        self._in_poll = connection
+        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
+        self._in_take = not self._waiting
+        if self._in_take:
+            pairs = [(self._q_for_pri(queue, pri), queue) for pri in self.priority_steps
+                     for queue in queues]
+            connection.send_command(
+                "EVAL", TAKE, len(pairs) + 2, *(key for key, _ in pairs), self.unacked_key,
+                self.unacked_index_key, time.time(),
+                *(0 if queue in self._unheld_queues else 1 for _, queue in pairs))
+        else:
+            key = self._q_for_pri(self.active_queues[0], 0)
+            wait = self.brpop_timeout if timeout is None else timeout
+            connection.send_command("BLMOVE", key, key, "RIGHT", "RIGHT", wait or 0)
+
+    def _brpop_read(self, **options: Any) -> bool:
+        took, self._in_take = self._in_take, False
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection,
+                                                   "EVAL" if took else "BLMOVE", **options)
+            except self.connection_errors:
+                self._waiting = False
+                self.client.connection.disconnect()
+                raise
+            self._waiting = took and not reply
+            if not took or not reply:
+                raise Empty()
+            key, item, recorded = reply
+            queue = bytes_to_str(key).rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(queue)
+            payload = loads(bytes_to_str(item))
+            if recorded:
+                self.taken.add(payload["properties"]["delivery_tag"])
+            self.connection._deliver(payload, queue)
+            return True
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            self._flush_brpop_reauth()
 
     def close(self) -> None:
         qos = self.__dict__.get("qos")  # kombu creates it on first use
@@ -116,5 +288,26 @@ class Channel(kombu_redis.Channel):
         super().close()
 
 
+class Poller(kombu_redis.MultiChannelPoller):
+    """kombu's poller, except that a take's reply is read at once even when the channel
+    has no credit left: the message in it is held already, and its lease would run out
+    unrenewed while the reply waited for credit."""
+
+    def _pause_brpop(self, channel: Any, fileno: int) -> None:
+        if not getattr(channel, "_in_take", False):
+            super()._pause_brpop(channel, fileno)
+
+    def on_readable(self, fileno: int) -> Any:
+        found = self._fd_to_chan.get(fileno)
+        if (found is not None and found[1] == "BRPOP" and fileno not in self._paused_brpop
+                and getattr(found[0], "_in_take", False)):
+            return found[0].handlers["BRPOP"]()
+        return super().on_readable(fileno)
+
+
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cycle = Poller()  # type: ignore[assignment]

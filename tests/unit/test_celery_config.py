@@ -63,3 +63,16 @@ def test_rabbitmq_queues_are_quorum_queues_with_a_delivery_limit_on_topic_exchan
     assert queue.queue_arguments == {
         "x-queue-type": "quorum", "x-delivery-limit": 7, "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": BROKER_DEAD_QUEUE}
+
+
+def test_a_redis_older_than_6_2_is_refused_by_name() -> None:
+    import pytest
+
+    from memoryd.broker.redis_leases import check_redis_version
+    from memoryd.errors import ConfigError
+
+    for old in ("6.0.16", "5.0.7", ""):
+        with pytest.raises(ConfigError, match=r"MEMORYD_BROKER_URL.*6\.2 or later"):
+            check_redis_version(old)
+    for fine in ("6.2.0", "6.2.14", "7.0.15", "10.0.0"):
+        check_redis_version(fine)
