@@ -140,11 +140,11 @@ def restore_target(value: object) -> int | str:
     """What to restore: an eviction number (a positive bigint, or its ASCII digits) or
     the evicted memory's id."""
     if isinstance(value, str) and ascii_digits(value):
-        value = int(value)
+        # (int() refuses more than 4300 digits with a ValueError of its own)
+        value = int(value) if len(value) <= len(str(MAX_BIGINT)) else MAX_BIGINT + 1
     if isinstance(value, int) and not isinstance(value, bool):
         if not 1 <= value <= MAX_BIGINT:
-            raise ValidationError("eviction_id", f"must be from 1 to {MAX_BIGINT}, "
-                                                 f"got {value:.40}")
+            raise ValidationError("eviction_id", f"must be a number from 1 to {MAX_BIGINT}")
         return value
     return str(uuid_of("eviction_id", value))
 
