@@ -149,6 +149,8 @@ def test_an_eviction_number_is_ascii_digits_within_range(
     ({"batch_size": -1}, "params.batch_size"),
     ({"batch_size": 10**20}, "params.batch_size"),
     ({"max_age_days": -1}, "max_age_days"),
+    ({"max_age_days": 10**9}, "max_age_days"),
+    ({"cap": 10**20}, "cap"),
     (_deep(400), "body"),
 ])
 def test_a_refused_job_request_writes_no_audit_row(
