@@ -273,7 +273,7 @@ class MemoryClient:
     def restore(self, eviction_or_memory_id: int | str | UUID, *,
                 timeout: float | None = None) -> UUID:
         """Put an evicted memory back (by eviction number or memory id); its id."""
-        target = check.restore_target(eviction_or_memory_id)
+        target = check.restore_target(eviction_or_memory_id, "id")
         return self._call("memoryd.admin.restore", {"target": target}, UUID, timeout)
 
     # --- asyncio ------------------------------------------------------------------

@@ -136,7 +136,7 @@ def ascii_digits(value: str) -> bool:
     return _ASCII_DIGITS.fullmatch(value) is not None
 
 
-def restore_target(value: object) -> int | str:
+def restore_target(value: object, field: str = "eviction_id") -> int | str:
     """What to restore: an eviction number (a positive bigint, or its ASCII digits) or
     the evicted memory's id."""
     if isinstance(value, str) and ascii_digits(value):
@@ -144,9 +144,9 @@ def restore_target(value: object) -> int | str:
         value = int(value) if len(value) <= len(str(MAX_BIGINT)) else MAX_BIGINT + 1
     if isinstance(value, int) and not isinstance(value, bool):
         if not 1 <= value <= MAX_BIGINT:
-            raise ValidationError("eviction_id", f"must be a number from 1 to {MAX_BIGINT}")
+            raise ValidationError(field, f"must be a number from 1 to {MAX_BIGINT}")
         return value
-    return str(uuid_of("eviction_id", value))
+    return str(uuid_of(field, value))
 
 
 def category(value: object) -> str | None:

@@ -133,6 +133,6 @@ def _restore(args: argparse.Namespace) -> int:
     from memoryd import validation as check
     from memoryd.memory.maintenance import restore
 
-    memory_id = restore(database.store(), check.restore_target(args.id))
+    memory_id = restore(database.store(), check.restore_target(args.id, "id"))
     print(f"restored {memory_id}")
     return 0

@@ -23,7 +23,6 @@ from pydantic import BaseModel, Field
 from memoryd import validation as check
 from memoryd.auth.scope import Permission
 from memoryd.client import MemoryClient
-from memoryd.errors import MemorydError
 from memoryd.gateway import access, problems
 from memoryd.gateway.access import Verifier
 from memoryd.gateway.problems import UNREACHABLE
@@ -106,10 +105,10 @@ class MemoryTools:
         try:
             agent_id = await anyio.to_thread.run_sync(self.binding.agent, ctx, permission)
             return await anyio.to_thread.run_sync(work, agent_id)
-        except MemorydError as exc:
-            raise ToolError(problems.said(exc)) from None
         except UNREACHABLE:
             raise ToolError("memoryd is unavailable right now; try again later") from None
+        except Exception as exc:  # memoryd's own words only, whatever failed
+            raise ToolError(problems.said(exc)) from None
 
     async def remember(
         self, ctx: Context,

@@ -69,7 +69,9 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
 def said(exc: BaseException) -> str:
     """What an MCP tool error says: the type, the field and memoryd's message, never
     another library's text (a worker's database error can quote stored values)."""
-    _status, kind, message, field = classify(exc)
+    status, kind, message, field = classify(exc)
+    if status == 500:
+        log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
     return f"{kind}: {field}: {message}" if field else f"{kind}: {message}"
 
 

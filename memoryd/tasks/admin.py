@@ -43,7 +43,7 @@ def restore(target: int | str) -> str:
     """Put an evicted memory back; returns its id. Idempotent: a redelivered message
     that finds the eviction already undone, by eviction number or memory id, returns
     the restored memory's id (``maintenance.already_restored``)."""
-    ref = check.restore_target(target)
+    ref = check.restore_target(target, "target")
     store = get_store()
     try:
         return str(restore_evicted(store, ref))
