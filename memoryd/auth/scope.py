@@ -126,7 +126,8 @@ def check_scope(agents: list[str], prefixes: list[str], *, all_agents: bool) -> 
         tuple[str, ...], tuple[str, ...]]:
     """Validated agents and prefixes; at least one of them (or ``all_agents``)."""
     exact = tuple(dict.fromkeys(check.agent_id(a) for a in agents))
-    starts = tuple(dict.fromkeys(check.required_text("agent_prefix", p, check.MAX_AGENT_ID)
+    starts = tuple(dict.fromkeys(check.required_text("agent_prefix", p, check.MAX_AGENT_ID,
+                                                     check.MAX_AGENT_ID_BYTES)
                                  for p in prefixes))
     if all_agents:
         starts = ("",)  # every agent id starts with the empty prefix

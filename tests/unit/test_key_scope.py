@@ -107,3 +107,9 @@ def test_a_key_is_described_by_what_it_may_do(read_only: bool, admin: bool,
                                               said: str) -> None:
     granted = scope.permissions(read_only=read_only, admin=admin)
     assert said in scope.what_it_may_do(granted)
+
+
+def test_an_agent_prefix_is_limited_like_an_agent_id_in_bytes() -> None:
+    with pytest.raises(ValidationError) as caught:
+        scope.check_scope([], ["\U0001F600" * 200], all_agents=False)
+    assert caught.value.field == "agent_prefix"
