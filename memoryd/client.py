@@ -237,7 +237,7 @@ class MemoryClient:
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2, *,
                  timeout: float | None = None) -> builtins.list[Entity]:
         kwargs = {"agent_id": check.agent_id(agent_id),
-                  "start_id": check.required_text("start_id", start_id),
+                  "start_id": check.entity_ref("start_id", start_id),
                   "depth": check.depth(depth)}
         return self._call("memoryd.kg.query", kwargs, _list_of(Entity), timeout)
 
@@ -278,9 +278,7 @@ class MemoryClient:
     def restore(self, eviction_or_memory_id: int | str | UUID, *,
                 timeout: float | None = None) -> UUID:
         """Put an evicted memory back (by eviction number or memory id); its id."""
-        target: int | str = (eviction_or_memory_id if isinstance(eviction_or_memory_id, int)
-                             and not isinstance(eviction_or_memory_id, bool)
-                             else str(check.uuid_of("id", eviction_or_memory_id)))
+        target = check.restore_target(eviction_or_memory_id, "id")
         return self._call("memoryd.admin.restore", {"target": target}, UUID, timeout)
 
     def forget_agent(self, agent_id: str, *, wait: bool = True, timeout: float | None = None

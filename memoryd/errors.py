@@ -65,6 +65,10 @@ class ContentTooLarge(ValidationError):
     """A memory's content (or a request body) is over the configured size limit."""
 
 
+class UnsupportedMediaType(ValidationError):
+    """A request body that does not say it is JSON (its ``content-type``)."""
+
+
 class Unauthorized(MemorydError):
     """No API key, or one that is unknown, revoked or expired."""
 

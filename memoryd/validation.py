@@ -5,16 +5,17 @@ No SQLAlchemy here: the thin client imports this module."""
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from memoryd.errors import ContentTooLarge, ValidationError
+from memoryd.errors import ContentTooLarge, UnsupportedMediaType, ValidationError
 from memoryd.types import CATEGORIES, RECALL_MODES, ROLES, Entity, Relation, StoreItem
 
 MAX_AGENT_ID = 255
@@ -24,6 +25,24 @@ MAX_TAG = 128
 MAX_QUERY_CHARS = 8192
 MAX_KG_DEPTH = 6
 MAX_RELATIONS = 1000
+MAX_RELATION_TYPE = 240
+
+# UTF-8 byte limits. A btree index entry must stay under about 2700 bytes, and the
+# character limits above (the column sizes) allow four bytes a character, so each
+# indexed text is also capped in bytes: every index's columns together stay near 2300.
+MAX_AGENT_ID_BYTES = 512  # in every index
+MAX_TEXT_BYTES = 1024  # key (uq_memories_agent_key), session id (sessions' key), source, tags
+MAX_ENTITY_ID_BYTES = 640  # kg_relations' key: agent, source, target and type together
+MAX_RELATION_TYPE_BYTES = 512
+# How deeply JSON values (metadata, attributes, job parameters, request bodies) nest.
+MAX_JSON_DEPTH = 32
+# PostgreSQL's integer types: offsets and eviction numbers are bigint, limits int.
+MAX_BIGINT = 2**63 - 1
+MAX_INT = 2**31 - 1
+# Timestamps, in UTC: a day inside years 1 to 9999, so the value stays representable
+# whatever timezone (at most a day away) reads or writes it.
+MIN_TIMESTAMP = datetime(1, 1, 2, tzinfo=UTC)
+MAX_TIMESTAMP = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
@@ -42,16 +61,26 @@ def _no_surrogates(field: str, value: str) -> None:
         raise ValidationError(field, "contains a lone surrogate (not valid Unicode)") from None
 
 
+def _no_more_bytes(field: str, value: str, max_bytes: int) -> None:
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        raise ValidationError(field, f"is {size} bytes in UTF-8, at most {max_bytes}")
+
+
 def agent_id(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValidationError("agent_id", "must be a non-empty string")
     if len(value) > MAX_AGENT_ID:
         raise ValidationError("agent_id", f"is {len(value)} characters, at most {MAX_AGENT_ID}")
     _no_control_chars("agent_id", value)
+    _no_more_bytes("agent_id", value, MAX_AGENT_ID_BYTES)
     return value
 
 
-def short_text(field: str, value: object, max_len: int = MAX_KEY) -> str | None:
+def short_text(field: str, value: object, max_len: int = MAX_KEY,
+               max_bytes: int = MAX_TEXT_BYTES) -> str | None:
+    """An optional one-line text of at most ``max_len`` characters and ``max_bytes``
+    bytes of UTF-8 (the limit an index on it needs)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
@@ -59,6 +88,7 @@ def short_text(field: str, value: object, max_len: int = MAX_KEY) -> str | None:
     if len(value) > max_len:
         raise ValidationError(field, f"is {len(value)} characters, at most {max_len}")
     _no_control_chars(field, value)
+    _no_more_bytes(field, value, max_bytes)
     return value
 
 
@@ -92,9 +122,31 @@ def limit(value: object, field: str = "limit", high: int = 1000) -> int:
 
 
 def offset(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValidationError("offset", f"must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BIGINT:
+        raise ValidationError("offset", f"must be an integer from 0 to {MAX_BIGINT}, "
+                                        f"got {value!r:.40}")
     return value
+
+
+_ASCII_DIGITS = re.compile(r"[0-9]+")
+
+
+def ascii_digits(value: str) -> bool:
+    """Only 0-9: ``str.isdigit`` and ``int`` also take '²' or Arabic-Indic digits."""
+    return _ASCII_DIGITS.fullmatch(value) is not None
+
+
+def restore_target(value: object, field: str = "eviction_id") -> int | str:
+    """What to restore: an eviction number (a positive bigint, or its ASCII digits) or
+    the evicted memory's id."""
+    if isinstance(value, str) and ascii_digits(value):
+        # (int() refuses more than 4300 digits with a ValueError of its own)
+        value = int(value) if len(value) <= len(str(MAX_BIGINT)) else MAX_BIGINT + 1
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= MAX_BIGINT:
+            raise ValidationError(field, f"must be a number from 1 to {MAX_BIGINT}")
+        return value
+    return str(uuid_of(field, value))
 
 
 def category(value: object) -> str | None:
@@ -130,7 +182,7 @@ def tags(value: object) -> tuple[str, ...]:
     if len(items) > MAX_TAGS:
         raise ValidationError("tags", f"has {len(items)} tags, at most {MAX_TAGS}")
     for tag in items:
-        if short_text("tags", tag, MAX_TAG) is None:
+        if short_text("tags", tag, MAX_TAG, MAX_TEXT_BYTES) is None:
             raise ValidationError("tags", "must be a list of strings, got a null")
     return tuple(dict.fromkeys(items))
 
@@ -140,6 +192,7 @@ def metadata(value: object) -> dict[str, Any] | None:
         return None
     if not isinstance(value, Mapping):
         raise ValidationError("metadata", "must be a JSON object")
+    json_depth("metadata", value)
     try:
         text = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -163,7 +216,14 @@ def timestamp(field: str, value: object) -> datetime | None:
         raise ValidationError(field, "must be a datetime")
     if value.tzinfo is None:
         raise ValidationError(field, "must be timezone-aware")
-    return value
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not MIN_TIMESTAMP <= utc <= MAX_TIMESTAMP:
+        raise ValidationError(field, f"must be from {MIN_TIMESTAMP.isoformat()} to "
+                                     f"{MAX_TIMESTAMP.isoformat()}")
+    return utc
 
 
 MAX_METADATA_FILTERS = 16
@@ -239,12 +299,18 @@ def store_items(items: object, max_bytes: int, max_items: int = 1000) -> list[St
     return checked
 
 
-def required_text(field: str, value: object, max_len: int = MAX_KEY) -> str:
+def required_text(field: str, value: object, max_len: int = MAX_KEY,
+                  max_bytes: int = MAX_TEXT_BYTES) -> str:
     """``short_text`` that must be given."""
-    checked = short_text(field, value, max_len)
+    checked = short_text(field, value, max_len, max_bytes)
     if checked is None:
         raise ValidationError(field, "must be a non-empty string")
     return checked
+
+
+def entity_ref(field: str, value: object) -> str:
+    """A knowledge-graph entity id (an entity's own, a relation's target, a query's start)."""
+    return required_text(field, value, MAX_KEY, MAX_ENTITY_ID_BYTES)
 
 
 def uuid_of(field: str, value: object) -> UUID:
@@ -252,6 +318,8 @@ def uuid_of(field: str, value: object) -> UUID:
     if isinstance(value, UUID):
         return value
     try:
+        if not str(value).isascii():  # int(..., 16) would take other scripts' digits
+            raise ValueError
         return UUID(str(value))
     except ValueError:
         raise ValidationError(field, f"is not a UUID: {value!r}") from None
@@ -285,8 +353,52 @@ def json_object(field: str, value: object) -> dict[str, Any]:
     """A mapping that survives JSON and jsonb (no NaN, NUL or lone surrogates)."""
     if not isinstance(value, Mapping):
         raise ValidationError(field, "must be a JSON object")
+    json_depth(field, value)
     _jsonb_safe(field, value)
     return dict(value)
+
+
+def json_depth(field: str, value: object, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON values nested more than ``limit`` objects or arrays deep (the walk
+    stops there, so a value nested thousands deep costs no recursion)."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [child for item in level for child in _children(item)]
+        if not level:
+            return
+    raise ValidationError(field, f"is nested more than {limit} levels deep")
+
+
+def _children(value: object) -> Iterable[object]:
+    if isinstance(value, Mapping):
+        return value.values()
+    if isinstance(value, list | tuple):
+        return value
+    return ()
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+
+
+def json_text_depth(field: str, raw: bytes, limit: int = MAX_JSON_DEPTH + 1) -> None:
+    """Refuse a JSON document nested more than ``limit`` deep before it is parsed: the
+    parser itself recurses, and a body of a million brackets would exhaust it."""
+    depth = 0
+    for bracket in _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", raw)):
+        depth += 1 if bracket in b"[{" else -1
+        if depth > limit:
+            raise ValidationError(field, f"is nested more than {limit} levels deep")
+
+
+def json_content_type(value: str | None) -> None:
+    """A body's ``content-type`` must say JSON (``application/json``, or a
+    ``+json`` type), so a form or a text is never read as JSON by accident."""
+    media = (value or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/")
+                                            and media.endswith("+json")):
+        raise UnsupportedMediaType("content-type", f"must be application/json, got "
+                                                   f"{media or 'none'!r:.60}")
 
 
 def job_name(value: object) -> str:
@@ -304,11 +416,12 @@ def entity(raw: object) -> Entity:
     if not isinstance(raw, Entity | Mapping):
         raise ValidationError("entity", "must be an Entity or a mapping")
     data = raw.model_dump() if isinstance(raw, Entity) else dict(raw)
-    entity_id = required_text("entity.id", data.get("id"))
+    entity_id = entity_ref("entity.id", data.get("id"))
     entity_type = short_text("entity.type", data.get("type") or "entity", 128) or "entity"
     attributes = data.get("attributes") or {}
     if not isinstance(attributes, Mapping):
         raise ValidationError("entity.attributes", "must be a JSON object")
+    json_depth("entity.attributes", attributes)
     _jsonb_safe("entity.attributes", attributes)
     return Entity(id=entity_id, type=entity_type, attributes=dict(attributes),
                   relations=_relations(data.get("relations") or []))
@@ -322,8 +435,10 @@ def _relations(relations: object) -> list[Relation]:
         rel_data = rel.model_dump() if isinstance(rel, Relation) else rel
         if not isinstance(rel_data, Mapping):
             raise ValidationError(f"entity.relations[{index}]", "must be {target, type}")
-        target = short_text(f"entity.relations[{index}].target", rel_data.get("target"))
-        rel_type = short_text(f"entity.relations[{index}].type", rel_data.get("type"), 240)
+        target = short_text(f"entity.relations[{index}].target", rel_data.get("target"),
+                            MAX_KEY, MAX_ENTITY_ID_BYTES)
+        rel_type = short_text(f"entity.relations[{index}].type", rel_data.get("type"),
+                              MAX_RELATION_TYPE, MAX_RELATION_TYPE_BYTES)
         if target is None or rel_type is None:
             raise ValidationError(f"entity.relations[{index}]", "needs target and type")
         parsed.append(Relation(target=target, type=rel_type))

@@ -63,6 +63,18 @@ def permissions(*, read_only: bool, admin: bool) -> tuple[Permission, ...]:
     return (*granted, "admin") if admin else granted
 
 
+def what_it_may_do(granted: tuple[str, ...]) -> str:
+    """One line telling an operator what a key of these permissions may do."""
+    memories = ("reads and writes memories" if "write" in granted
+                else "reads memories, never writes")
+    if "admin" not in granted:
+        return f"this key {memories} of the agents it covers"
+    if "write" in granted:
+        return f"this key {memories}, runs maintenance jobs and restores evicted memories"
+    return (f"this key {memories}; as an operator it may dry-run maintenance jobs and "
+            f"read reports, not run a job for real or restore")
+
+
 @dataclass(frozen=True)
 class KeyScope:
     """What a key may do: on which agents (exact ids, id prefixes) and which operations."""
@@ -93,12 +105,17 @@ class KeyScope:
         if not self.covers(agent_id):
             raise Forbidden(f"this key does not cover agent {agent_id!r}")
 
-    def require_admin(self) -> None:
-        """Operator endpoints act fleet-wide: they need ``admin`` and every agent."""
+    def require_admin(self, *, changes: bool = False) -> None:
+        """Operator endpoints act fleet-wide: they need ``admin`` and every agent; those
+        that change memories (a job run for real, a restore) need ``write`` as well, so
+        a read-only admin key only dry-runs and reads reports."""
         if not self.allows("admin"):
             raise Forbidden("this key lacks the 'admin' permission")
         if "" not in self.agent_prefixes:
             raise Forbidden("operator endpoints need a key for all agents (--all-agents)")
+        if changes and not self.allows("write"):
+            raise Forbidden("this key is read-only: it may dry-run jobs and read reports, "
+                            "not run a job for real or restore")
 
     def single_agent(self) -> str | None:
         """The one agent this key is for, if it names exactly one and no prefix."""
@@ -109,7 +126,8 @@ def check_scope(agents: list[str], prefixes: list[str], *, all_agents: bool) -> 
         tuple[str, ...], tuple[str, ...]]:
     """Validated agents and prefixes; at least one of them (or ``all_agents``)."""
     exact = tuple(dict.fromkeys(check.agent_id(a) for a in agents))
-    starts = tuple(dict.fromkeys(check.required_text("agent_prefix", p, check.MAX_AGENT_ID)
+    starts = tuple(dict.fromkeys(check.required_text("agent_prefix", p, check.MAX_AGENT_ID,
+                                                     check.MAX_AGENT_ID_BYTES)
                                  for p in prefixes))
     if all_agents:
         starts = ("",)  # every agent id starts with the empty prefix

@@ -48,11 +48,12 @@ def _create(args: argparse.Namespace) -> int:
                           permissions=scope.permissions(read_only=args.read_only,
                                                         admin=args.admin),
                           expires_at=expires_at)
+    may = scope.what_it_may_do(new.scope.permissions)
     if args.json:
         print(as_json({"id": str(new.scope.id), "key": new.key, **_public(new.scope),
-                       "created_at": new.created_at.isoformat()}))
+                       "created_at": new.created_at.isoformat(), "may": may}))
     else:
-        print(f"key {new.scope.id} created; it is shown this once:\n{new.key}")
+        print(f"key {new.scope.id} created; it is shown this once:\n{new.key}\n{may}")
     return 0
 
 

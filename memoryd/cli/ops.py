@@ -130,9 +130,9 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
+    from memoryd import validation as check
     from memoryd.memory.maintenance import restore
 
-    target: int | str = int(args.id) if args.id.isdigit() else args.id
-    memory_id = restore(database.store(), target)
+    memory_id = restore(database.store(), check.restore_target(args.id, "id"))
     print(f"restored {memory_id}")
     return 0

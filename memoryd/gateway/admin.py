@@ -39,6 +39,8 @@ def run_job(job: str, key: Key, client: Client,
             payload: JsonBody) -> Any:
     key.require_admin()
     asked = check.request(JobRunRequest, {} if payload is None else payload)
+    if not asked.dry_run:
+        key.require_admin(changes=True)
     outcome = client.run_job(check.job_name(job), agent_id=asked.agent_id,
                              dry_run=asked.dry_run, params=asked.params, wait=asked.wait)
     if isinstance(outcome, Pending):
@@ -57,9 +59,8 @@ def job_runs(key: Key, client: Client, job: str | None = None,
 @router.post("/evicted/{eviction_id}/restore",
              summary="Put an evicted memory back (eviction number or memory id)")
 def restore(eviction_id: str, key: Key, client: Client) -> Restored:
-    key.require_admin()
-    target: int | str = int(eviction_id) if eviction_id.isdigit() else eviction_id
-    return Restored(id=client.restore(target), restored=True)
+    key.require_admin(changes=True)
+    return Restored(id=client.restore(check.restore_target(eviction_id)), restored=True)
 
 
 @router.get("/stats", summary="Memories per category of the largest agents")

@@ -18,10 +18,11 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memoryd import validation as check
 from memoryd.auth.keys import KeyVerifier
 from memoryd.client import MemoryClient
 from memoryd.config import Settings
-from memoryd.errors import MemorydError
+from memoryd.errors import MemorydError, ValidationError
 from memoryd.gateway import access, admin, mcp_tools, problems, routes, schema
 from memoryd.gateway.body_limit import BodyLimitMiddleware, BodyTooLarge
 from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware
@@ -86,6 +87,12 @@ class McpGate:
         except Exception as exc:
             await problems.from_exception(exc)(scope, receive, send)
             return
+        if request.method == "POST":
+            try:  # the SDK would answer a form or a text in plain text
+                check.json_content_type(request.headers.get("content-type"))
+            except ValidationError as exc:
+                await problems.jsonrpc_error(exc)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from memoryd import validation as check
 from memoryd.auth.scope import KeyScope
 from memoryd.client import MemoryClient
 from memoryd.config import Settings
@@ -44,6 +45,8 @@ async def json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
         return None
+    check.json_content_type(request.headers.get("content-type"))
+    check.json_text_depth("body", raw)
     try:
         return json.loads(raw)
     except ValueError:

@@ -23,11 +23,9 @@ from pydantic import BaseModel, Field
 from memoryd import validation as check
 from memoryd.auth.scope import Permission
 from memoryd.client import MemoryClient
-from memoryd.errors import MemorydError
-from memoryd.gateway import access
+from memoryd.gateway import access, problems
 from memoryd.gateway.access import Verifier
 from memoryd.gateway.problems import UNREACHABLE
-from memoryd.redaction import describe_error
 from memoryd.types import (
     Added,
     ContextResult,
@@ -107,10 +105,10 @@ class MemoryTools:
         try:
             agent_id = await anyio.to_thread.run_sync(self.binding.agent, ctx, permission)
             return await anyio.to_thread.run_sync(work, agent_id)
-        except MemorydError as exc:
-            raise ToolError(describe_error(exc)) from None
         except UNREACHABLE:
             raise ToolError("memoryd is unavailable right now; try again later") from None
+        except Exception as exc:  # memoryd's own words only, whatever failed
+            raise ToolError(problems.said(exc)) from None
 
     async def remember(
         self, ctx: Context,
@@ -183,7 +181,8 @@ class MemoryTools:
         self, ctx: Context,
         category: Annotated[str | None, Field(description="Only this category")] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
-        offset: Annotated[int, Field(ge=0, description="Memories to skip")] = 0,
+        offset: Annotated[int, Field(ge=0, le=check.MAX_BIGINT,
+                                     description="Memories to skip")] = 0,
     ) -> Annotated[CallToolResult, Page]:
         page = await self._call(ctx, "read", lambda agent: self.client.list(
             agent, category=category, limit=limit, offset=offset))

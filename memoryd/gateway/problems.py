@@ -20,6 +20,7 @@ from memoryd.errors import (
     NotFound,
     Unauthorized,
     Unavailable,
+    UnsupportedMediaType,
     ValidationError,
 )
 from memoryd.redaction import describe_error
@@ -30,12 +31,13 @@ log = structlog.get_logger(__name__)
 UNREACHABLE: tuple[type[Exception], ...] = (
     *CONNECTION_ERRORS, DatabaseOperationalError, DatabaseInterfaceError, Unavailable)
 
-# Most specific first: ContentTooLarge is a ValidationError.
+# Most specific first: ContentTooLarge and UnsupportedMediaType are ValidationErrors.
 _STATUS: tuple[tuple[type[MemorydError], int, str], ...] = (
     (Unauthorized, 401, "unauthorized"),
     (Forbidden, 403, "forbidden"),
     (NotFound, 404, "not_found"),
     (ContentTooLarge, 413, "too_large"),
+    (UnsupportedMediaType, 415, "unsupported_media_type"),
     (ValidationError, 422, "validation_error"),
     (MemorydTimeoutError, 504, "timeout"),
     (Unavailable, 503, "unavailable"),
@@ -64,6 +66,29 @@ def classify(exc: BaseException) -> tuple[int, str, str, str | None]:
                 return status, kind, exc.message, exc.field
             return status, kind, str(exc), None
     return 500, "internal", "internal error", None
+
+
+def said(exc: BaseException) -> str:
+    """What an MCP tool error says: the type, the field and memoryd's message, never
+    another library's text (a worker's database error can quote stored values)."""
+    status, kind, message, field = classify(exc)
+    if status == 500:
+        log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
+    return f"{kind}: {field}: {message}" if field else f"{kind}: {message}"
+
+
+# JSON-RPC's "invalid request": the error code of an MCP request refused before parsing.
+JSONRPC_INVALID_REQUEST = -32600
+
+
+def jsonrpc_error(exc: BaseException) -> JSONResponse:
+    """A refusal as MCP clients read one: a JSON-RPC error object, with memoryd's type
+    and field in ``data``."""
+    status, kind, message, field = classify(exc)
+    data = {"type": kind, **({"field": field} if field else {})}
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+        "code": JSONRPC_INVALID_REQUEST, "message": message, "data": data}},
+        status_code=status)
 
 
 def from_exception(exc: BaseException) -> JSONResponse:

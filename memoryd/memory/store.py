@@ -332,7 +332,7 @@ class MemoryStore:
 
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> builtins.list[Entity]:
         agent = check.agent_id(agent_id)
-        start, hops = check.required_text("start_id", start_id), check.depth(depth)
+        start, hops = check.entity_ref("start_id", start_id), check.depth(depth)
         with self.session() as session:
             return graph.query(session, agent, start, hops)
 

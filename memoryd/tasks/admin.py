@@ -10,7 +10,7 @@ from typing import Any
 from celery import Task
 
 from memoryd import validation as check
-from memoryd.errors import NotFound, ValidationError
+from memoryd.errors import NotFound
 from memoryd.memory import erasure, reports
 from memoryd.memory.maintenance import already_restored
 from memoryd.memory.maintenance import restore as restore_evicted
@@ -47,9 +47,7 @@ def restore(target: int | str) -> str:
     """Put an evicted memory back; returns its id. Idempotent: a redelivered message
     that finds the eviction already undone, by eviction number or memory id, returns
     the restored memory's id (``maintenance.already_restored``)."""
-    if isinstance(target, bool) or not isinstance(target, int | str):
-        raise ValidationError("id", "must be an eviction number or a memory id")
-    ref: int | str = target if isinstance(target, int) else str(check.uuid_of("id", target))
+    ref = check.restore_target(target, "target")
     store = get_store()
     try:
         return str(restore_evicted(store, ref))

@@ -12,8 +12,9 @@ from celery import Task
 from celery.exceptions import Retry, TaskPredicate
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from pydantic import BaseModel
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
+from memoryd.db import faults
 from memoryd.errors import MemorydError, NotFound, ValidationError
 from memoryd.process import GLOBALS
 from memoryd.redaction import redacted, summarize
@@ -21,9 +22,11 @@ from memoryd.redaction import redacted, summarize
 if TYPE_CHECKING:
     from memoryd.memory.store import MemoryStore
 
-# Only these are retried: the database or broker was briefly unreachable.
+# Retried when transient: the broker or the database was briefly unreachable or busy.
+# A database error is judged by its SQLSTATE (``memoryd.db.faults``): one that no retry
+# can fix (an index row too large, a value out of range) fails at once, by name.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    OperationalError, InterfaceError, BrokerOperationalError, ConnectionError,
+    DBAPIError, BrokerOperationalError, ConnectionError,
 )
 
 def get_store() -> MemoryStore:
@@ -53,6 +56,13 @@ class MemorydTask(Task):  # type: ignore[misc]
     retry_backoff_max = 60
     retry_jitter = True
     max_retries = 8
+
+    def retry(self, *args: Any, exc: BaseException | None = None, **options: Any) -> Any:
+        """Celery's retry, except for a database error that retrying cannot fix: that
+        one is refused at once, as the caller's error where it names a field."""
+        if isinstance(exc, DBAPIError) and not faults.transient(exc):
+            raise faults.refusal(exc) from None
+        return super().retry(*args, exc=exc, **options)
 
     @cached_property
     def _signature(self) -> inspect.Signature:

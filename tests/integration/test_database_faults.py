@@ -8,6 +8,7 @@ A server of its own (the session's is shared by every test), a real worker on it
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
@@ -17,13 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery.exceptions import Retry
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from memoryd.client import MemoryClient
 from memoryd.embedded.postgres import EmbeddedPostgres
+from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.runner import INTERRUPTED
 from memoryd.memory.store import MemoryStore
+from memoryd.tasks.base import MemorydTask
 from memoryd.types import StoreResult
+from memoryd.worker import app
 from tests.support.locks import lock_waiters
 from tests.support.workers import redis_db_url
 
@@ -142,3 +148,63 @@ def test_a_database_crash_restart_loses_and_doubles_nothing_and_maintenance_resu
     assert finished[-1].stats["checkpoint"]["sweep"]["done"] is True
     assert record["status"] == "ok"
 
+
+
+# --- which database errors are retried ---------------------------------------------------
+
+_FAULTS_ENGINE: list[Any] = []
+_ATTEMPTS: list[str] = []
+
+
+@app.task(name="tests.database_faults.execute", base=MemorydTask, bind=True)
+def _execute(self: Any, statement: str, values: dict[str, Any]) -> None:
+    """One statement on the test database, counting attempts (retries run eagerly)."""
+    _ATTEMPTS.append(statement)
+    with _FAULTS_ENGINE[0].begin() as conn:
+        conn.execute(text(statement), values)
+
+
+@pytest.fixture
+def faults_engine(store: MemoryStore) -> Iterator[None]:
+    _FAULTS_ENGINE[:] = [store.engine]
+    _ATTEMPTS.clear()
+    yield
+    _FAULTS_ENGINE.clear()
+
+
+def _incompressible(chars: int) -> str:
+    """Four-byte characters PostgreSQL cannot compress away in an index entry."""
+    rng = random.Random(23)
+    return "".join(chr(rng.randint(0x10000, 0x10FFFF)) for _ in range(chars))
+
+
+def test_an_index_row_too_large_fails_at_once_naming_the_field(
+        faults_engine: None, store: MemoryStore) -> None:
+    agent, key = _incompressible(255), _incompressible(512)  # what the columns allow
+    with pytest.raises(ValidationError) as caught:
+        _execute.apply(kwargs={"statement": """
+            INSERT INTO memories (agent_id, content, content_hash, category, importance,
+                                  embedding, embedding_model, key)
+            VALUES (:a, 'x', 'h', 'fact', 0.5, CAST(array_fill(0.1, ARRAY[384]) AS vector),
+                    'm', :k)""", "values": {"a": agent, "k": key}}, throw=True)
+    assert caught.value.field == "key"
+    assert len(_ATTEMPTS) == 1  # not retried
+    assert agent not in str(caught.value) and key not in str(caught.value)
+    with store.session() as session:
+        assert session.execute(text("SELECT count(*) FROM memories")).scalar() == 0
+
+
+def test_a_value_out_of_range_fails_at_once_without_the_databases_text(
+        faults_engine: None) -> None:
+    with pytest.raises(ValidationError) as caught:
+        _execute.apply(kwargs={"statement": "SELECT 1 OFFSET CAST(:o AS numeric)",
+                               "values": {"o": 10**20}}, throw=True)
+    assert len(_ATTEMPTS) == 1
+    assert "OFFSET" not in str(caught.value) and "bigint" not in str(caught.value)
+
+
+def test_a_connection_the_server_closes_is_retried(faults_engine: None) -> None:
+    with pytest.raises(Retry) as caught:  # eagerly run, a retry is raised, not run
+        _execute.apply(kwargs={"statement": "SELECT pg_terminate_backend(pg_backend_pid())",
+                               "values": {}}, throw=True)
+    assert isinstance(caught.value.exc, OperationalError)

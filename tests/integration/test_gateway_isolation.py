@@ -1,17 +1,21 @@
 """Isolation through the front door, exhaustively: for every HTTP endpoint and every MCP
 tool, a key that does not cover agent A (another agent's key, a prefix key for another
 team, a read-only key for writes, an admin key for another agent) gets 403 or a tool
-error, and agent A's rows are exactly as before."""
+error, and agent A's rows are exactly as before. A read-only admin key dry-runs jobs and
+reads reports, and changes nothing."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from mcp import Client
+from sqlalchemy import text
 
+from memoryd.memory.maintenance import run_to_completion
 from memoryd.memory.store import MemoryStore
 from tests.support.gateway import GatewayProcess, bearer, make_key
 from tests.support.mcp_clients import TOOLS, run_http
@@ -127,3 +131,42 @@ def test_mcp_tools_bound_to_b_never_touch_as_data_whatever_the_arguments(
     assert SECRET not in seen and "0451" not in seen
     assert results[3].structured_content == {"id": agent_a["m"], "forgotten": False}
     assert agent_snapshot(store, agent_a["a"]) == before
+
+
+def test_a_read_only_admin_key_only_dry_runs_jobs_and_reads_reports(
+        http: httpx.Client, store: MemoryStore, agent_a: dict[str, str]) -> None:
+    past = datetime.now(UTC) - timedelta(days=1)
+    evicted = str(store.store(agent_a["a"], "A's reminder of the day before.",
+                              expires_at=past).id)
+    run_to_completion(store, "expire", agent_id=agent_a["a"])  # evicted, to restore
+    store.store(agent_a["a"], "Yesterday's reminder to A.", expires_at=past)  # to expire
+    before = agent_snapshot(store, agent_a["a"])
+    real_runs = "SELECT count(*) FROM maintenance_runs WHERE NOT dry_run"
+    with store.session() as session:
+        runs_before = session.execute(text(real_runs)).scalar()
+    read_only_admin = bearer(make_key(store, prefixes=("",), read_only=True, admin=True))
+
+    changes = [("/v1/jobs/expire/runs", {"dry_run": False}),
+               ("/v1/jobs/expire/runs", {}),
+               ("/v1/jobs/expire/runs", {"agent_id": agent_a["a"], "wait": False}),
+               (f"/v1/evicted/{evicted}/restore", None)]
+    for path, body in changes:
+        answer = http.post(path, headers=read_only_admin, json=body)
+        assert answer.status_code == 403, (path, body, answer.text)
+        assert "read-only" in answer.json()["error"]["message"]
+    for method, path, body, writes in ENDPOINTS:
+        if writes:
+            answer = http.request(method, _fill(path, agent_a), headers=read_only_admin,
+                                  json=_fill(body, agent_a))
+            assert answer.status_code == 403, (method, path, answer.text)
+
+    dry = http.post("/v1/jobs/expire/runs", headers=read_only_admin,
+                    json={"agent_id": agent_a["a"], "dry_run": True})
+    assert dry.status_code == 200 and dry.json()["status"] == "ok", dry.text
+    for report in ("/v1/jobs/runs", "/v1/stats", "/v1/embeddings"):
+        assert http.get(report, headers=read_only_admin).status_code == 200, report
+    assert agent_snapshot(store, agent_a["a"]) == before
+    with store.session() as session:
+        assert session.execute(text(real_runs)).scalar() == runs_before
+        assert session.execute(text("SELECT count(*) FROM evicted_memories "
+                                    "WHERE memory_id = :m"), {"m": evicted}).scalar() == 1

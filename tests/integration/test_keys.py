@@ -123,3 +123,16 @@ def test_the_up_admin_key_is_kept_private_reused_and_replaced_once_revoked(
     replaced, created = admin_key.ensure(store.engine, tmp_path)
     assert created and replaced != key
     assert path.read_text().strip() == replaced
+
+
+def test_the_cli_says_what_a_read_only_admin_key_may_do(
+        store: MemoryStore, service_env: dict[str, str]) -> None:
+    plain = _memoryd(service_env, "keys", "create", "--all-agents", "--read-only", "--admin")
+    assert plain.returncode == 0, plain.stderr
+    assert "may dry-run maintenance jobs and read reports, not run a job for real or " \
+           "restore" in plain.stdout
+    made = _memoryd(service_env, "keys", "create", "--all-agents", "--read-only", "--admin",
+                    "--json")
+    created = json.loads(made.stdout)
+    assert created["permissions"] == ["read", "admin"]
+    assert "not run a job for real or restore" in created["may"]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from memoryd import validation as check
 from memoryd.errors import LLMUnavailable
 from memoryd.memory.maintenance import run_job
 from memoryd.memory.maintenance.new_memories import bounded
@@ -254,3 +255,11 @@ def test_long_group_names_give_bounded_keys() -> None:
     key = bounded("summary:" + "x" * 600 + ":2026-01-01")
     assert len(key) == 512 and key == bounded("summary:" + "x" * 600 + ":2026-01-01")
     assert bounded("short") == "short"
+
+
+def test_long_four_byte_group_names_give_keys_within_the_byte_limit() -> None:
+    long = "summary:" + "\U0001F600" * 600
+    key = bounded(long)
+    assert len(key.encode("utf-8")) <= check.MAX_TEXT_BYTES
+    assert check.short_text("key", key) == key
+    assert key == bounded(long) and key != bounded(long + "x")

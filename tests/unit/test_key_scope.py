@@ -9,7 +9,7 @@ import pytest
 
 from memoryd.auth import scope
 from memoryd.auth.scope import KeyScope
-from memoryd.errors import ValidationError
+from memoryd.errors import Forbidden, ValidationError
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 
@@ -84,3 +84,32 @@ def test_a_key_must_name_an_agent_a_prefix_or_all_agents() -> None:
 def test_a_key_for_exactly_one_agent_names_it() -> None:
     assert _key(agent_prefixes=()).single_agent() == "agent-1"
     assert _key().single_agent() is None
+
+
+def test_a_read_only_admin_key_may_read_reports_but_not_change_memories() -> None:
+    read_only = _key(agents=(), agent_prefixes=("",),
+                     permissions=scope.permissions(read_only=True, admin=True))
+    read_only.require_admin()
+    with pytest.raises(Forbidden, match="read-only"):
+        read_only.require_admin(changes=True)
+    writer = _key(agents=(), agent_prefixes=("",),
+                  permissions=scope.permissions(read_only=False, admin=True))
+    writer.require_admin(changes=True)
+
+
+@pytest.mark.parametrize(("read_only", "admin", "said"), [
+    (True, True, "dry-run maintenance jobs and read reports, not run a job for real"),
+    (False, True, "runs maintenance jobs and restores"),
+    (True, False, "reads memories, never writes"),
+    (False, False, "reads and writes memories"),
+])
+def test_a_key_is_described_by_what_it_may_do(read_only: bool, admin: bool,
+                                              said: str) -> None:
+    granted = scope.permissions(read_only=read_only, admin=admin)
+    assert said in scope.what_it_may_do(granted)
+
+
+def test_an_agent_prefix_is_limited_like_an_agent_id_in_bytes() -> None:
+    with pytest.raises(ValidationError) as caught:
+        scope.check_scope([], ["\U0001F600" * 200], all_agents=False)
+    assert caught.value.field == "agent_prefix"

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from memoryd import validation as check
-from memoryd.errors import ValidationError
+from memoryd.errors import UnsupportedMediaType, ValidationError
 from memoryd.schedules.names import JOB_NAMES
 from memoryd.types import Entity, StoreItem
 
@@ -118,3 +118,127 @@ def test_a_json_object_must_survive_json() -> None:
     assert check.json_object("params", {"days": 3}) == {"days": 3}
     assert _field(lambda: check.json_object("params", ["x"])) == "params"
     assert _field(lambda: check.json_object("params", {"x": object()})) == "params"
+
+
+# --- limits where the database would break ----------------------------------------------
+
+FOUR_BYTES = "\U0001F600"  # one character, four bytes of UTF-8
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    (lambda v: check.store_item({"content": "x", "key": v}, 100), "key"),
+    (lambda v: check.store_item({"content": "x", "session_id": v}, 100), "session_id"),
+    (lambda v: check.store_item({"content": "x", "source": v}, 100), "source"),
+    (lambda v: check.entity({"id": v}), "entity.id"),
+    (lambda v: check.entity({"id": "a", "relations": [{"target": v, "type": "t"}]}),
+     "entity.relations[0].target"),
+    (lambda v: check.entity_ref("start_id", v), "start_id"),
+])
+def test_texts_of_long_four_byte_characters_are_refused_by_their_utf8_bytes(
+        call: object, field: str) -> None:
+    # 512 characters fit every column; 2048 bytes would break the index on it.
+    assert _field(lambda: call(FOUR_BYTES * check.MAX_KEY)) == field  # type: ignore[operator]
+
+
+def test_an_agent_id_of_four_byte_characters_is_limited_in_bytes() -> None:
+    fits = FOUR_BYTES * (check.MAX_AGENT_ID_BYTES // 4)
+    assert check.agent_id(fits) == fits
+    assert _field(lambda: check.agent_id(fits + FOUR_BYTES)) == "agent_id"
+
+
+def test_a_relation_type_of_four_byte_characters_is_limited_in_bytes() -> None:
+    relation = {"target": "b", "type": FOUR_BYTES * 200}
+    assert _field(lambda: check.entity({"id": "a", "relations": [relation]})) == \
+        "entity.relations[0].type"
+
+
+def test_the_longest_texts_of_a_relation_fit_a_btree_entry_together() -> None:
+    # kg_relations' primary key holds agent, source, target and type in one entry.
+    widest = (check.MAX_AGENT_ID_BYTES + 2 * check.MAX_ENTITY_ID_BYTES
+              + check.MAX_RELATION_TYPE_BYTES)
+    assert widest + 64 < 2700
+    assert check.MAX_AGENT_ID_BYTES + check.MAX_TEXT_BYTES + 64 < 2700
+
+
+@pytest.mark.parametrize(("call", "field"), [
+    (check.metadata, "metadata"),
+    (lambda v: check.json_object("params", v), "params"),
+    (lambda v: check.entity({"id": "a", "attributes": v}), "entity.attributes"),
+    (lambda v: check.store_item({"content": "x", "metadata": v}, 100), "metadata"),
+])
+def test_json_nested_too_deep_is_refused_by_name(call: object, field: str) -> None:
+    deep: dict[str, object] = {}
+    for _ in range(5000):  # deeper than Python's recursion limit
+        deep = {"a": deep}
+    assert _field(lambda: call(deep)) == field  # type: ignore[operator]
+
+
+def test_json_at_the_depth_limit_is_accepted_and_one_deeper_refused() -> None:
+    value: object = 1
+    for _ in range(check.MAX_JSON_DEPTH - 1):  # in an object: the limit exactly
+        value = [value]
+    assert check.json_object("params", {"v": value}) == {"v": value}
+    assert _field(lambda: check.json_object("params", {"v": [value]})) == "params"
+
+
+def test_a_raw_body_nested_too_deep_is_refused_before_parsing() -> None:
+    with pytest.raises(ValidationError) as caught:
+        check.json_text_depth("body", b"[" * 1_000_000)
+    assert caught.value.field == "body"
+    check.json_text_depth("body", b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\""}')
+    check.json_text_depth("body", b"[" * check.MAX_JSON_DEPTH + b"]" * check.MAX_JSON_DEPTH)
+
+
+@pytest.mark.parametrize("value", [-1, 2**63, 99999999999999999999, True, "3", 1.0])
+def test_an_offset_outside_bigint_is_refused(value: object) -> None:
+    assert _field(lambda: check.offset(value)) == "offset"
+
+
+def test_offsets_up_to_the_bigint_maximum_are_accepted() -> None:
+    assert check.offset(2**63 - 1) == 2**63 - 1 and check.offset(0) == 0
+
+
+@pytest.mark.parametrize("value", ["0001-01-01T00:00:00+14:00",
+                                   "9999-12-31T23:59:59.999999+00:00",
+                                   "9999-12-31T00:00:00-12:00", "0001-01-01T00:00:00Z"])
+def test_timestamps_at_the_ends_of_the_range_are_refused_by_name(value: str) -> None:
+    assert _field(lambda: check.timestamp("until", value)) == "until"
+
+
+def test_timestamps_are_normalised_to_utc() -> None:
+    checked = check.timestamp("since", "2026-11-18T09:00:00+09:00")
+    assert checked == datetime(2026, 11, 18, 0, tzinfo=UTC)
+    assert checked is not None and checked.utcoffset() is not None
+    assert checked.tzinfo is UTC
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "\uff11", "1\u00b2", "0", "-1", "9" * 5000,
+                                   str(2**63), "1 "])
+def test_an_eviction_number_is_ascii_digits_within_bigint(value: str) -> None:
+    assert _field(lambda: check.restore_target(value)) == "eviction_id"
+
+
+def test_an_eviction_number_or_a_memory_id_is_a_restore_target() -> None:
+    memory = uuid.uuid4()
+    assert check.restore_target("42") == 42 and check.restore_target(42) == 42
+    assert check.restore_target(str(memory)) == str(memory)
+    assert check.restore_target(memory) == str(memory)
+
+
+def test_a_uuid_in_other_digits_is_refused() -> None:
+    assert _field(lambda: check.memory_id("\u0660" * 32)) == "memory_id"
+
+
+@pytest.mark.parametrize("value", ["text/plain", "application/x-www-form-urlencoded",
+                                   None, "", "multipart/form-data; boundary=x",
+                                   "application/jsonx"])
+def test_a_body_that_does_not_say_json_is_refused(value: str | None) -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        check.json_content_type(value)
+    assert caught.value.field == "content-type"
+
+
+@pytest.mark.parametrize("value", ["application/json", "Application/JSON; charset=utf-8",
+                                   "application/merge-patch+json"])
+def test_json_content_types_are_accepted(value: str) -> None:
+    check.json_content_type(value)

@@ -46,7 +46,7 @@ from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpo
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.maintenance.heap import heap_window
 from memoryd.memory.maintenance.merging import Merge, merge_into
-from memoryd.memory.maintenance.params import check_batch_size, number
+from memoryd.memory.maintenance.params import MAX_DAYS, MAX_HOURS, check_batch_size, number
 from memoryd.memory.maintenance.sql import NIL_UUID, commit_without_waiting, protected
 
 # A fleet-wide decay statement reads at most about this many batches' worth of rows.
@@ -76,10 +76,11 @@ def consolidate(ctx: JobContext, decay_rate: float = 0.05, floor: float = 0.05,
         raise ValidationError("merge", f"must be a boolean, got {merge!r}")
     opts = _Options(
         decay_rate=number("decay_rate", decay_rate, 0, 1), floor=number("floor", floor, 0, 1),
-        idle=timedelta(days=number("idle_days", idle_days, 0)),
+        idle=timedelta(days=number("idle_days", idle_days, 0, MAX_DAYS)),
         # Below 0.5 cosine two memories are related at best, never duplicates.
         merge_threshold=number("merge_threshold", merge_threshold, 0.5, 1),
-        interval=timedelta(hours=number("decay_interval_hours", decay_interval_hours, 0)))
+        interval=timedelta(hours=number("decay_interval_hours", decay_interval_hours, 0,
+                                           MAX_HOURS)))
     checkpoint = load_checkpoint(ctx, "consolidate")
     stats: dict[str, Any] = {"decayed": 0, "compared": 0, "merged": 0,
                              "skipped_distinct_facts": 0}

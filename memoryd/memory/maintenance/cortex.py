@@ -35,7 +35,7 @@ from memoryd.memory import writes
 from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
 from memoryd.memory.maintenance.evicting import evict_in_batches
 from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
-from memoryd.memory.maintenance.params import integer
+from memoryd.memory.maintenance.params import MAX_DAYS, MAX_HOURS, integer
 from memoryd.memory.maintenance.session_lists import (
     LENGTH_SQL,
     message_contents,
@@ -72,9 +72,9 @@ def cortex(ctx: JobContext, stale_days: int = 90, stale_importance: float = 0.3,
             or not 0 <= stale_importance <= 1:
         raise ValidationError("stale_importance", "must be a number from 0 to 1")
     opts = _Options(
-        stale_before=ctx.now - timedelta(days=integer("stale_days", stale_days)),
+        stale_before=ctx.now - timedelta(days=integer("stale_days", stale_days, 1, MAX_DAYS)),
         max_importance=float(stale_importance),
-        active_since=ctx.now - timedelta(hours=integer("window_hours", window_hours)),
+        active_since=ctx.now - timedelta(hours=integer("window_hours", window_hours, 1, MAX_HOURS)),
         facts_min=integer("consolidate_min", consolidate_min),
         index_min=integer("index_min", index_min),
         max_facts=integer("max_facts", max_facts))

@@ -29,7 +29,12 @@ from memoryd.memory.maintenance.evicting import (
     evict_by_heap_walk,
     evict_in_batches,
 )
-from memoryd.memory.maintenance.params import check_batch_size, integer, number
+from memoryd.memory.maintenance.params import (
+    MAX_DAYS,
+    check_batch_size,
+    integer,
+    number,
+)
 from memoryd.memory.maintenance.sql import protected
 
 # The two conditions of the first steps (bind :age_before, :min_importance and
@@ -90,12 +95,12 @@ def evict(ctx: JobContext, max_age_days: float = 30, min_importance: float = 0.2
     check_batch_size(ctx)
     params: dict[str, Any] = {
         "agent_id": ctx.agent_id,
-        "age_before": ctx.now - timedelta(days=number("max_age_days", max_age_days, 0)),
+        "age_before": ctx.now - timedelta(days=number("max_age_days", max_age_days, 0, MAX_DAYS)),
         "min_importance": number("min_importance", min_importance, 0, 1),
         "min_confidence": number("min_confidence", min_confidence, 0, 1),
         "cap": integer("cap", cap, 1),
     }
-    retention = timedelta(days=number("retention_days", retention_days, 0))
+    retention = timedelta(days=number("retention_days", retention_days, 0, MAX_DAYS))
     agent = ctx.agent_clause()
     stats: dict[str, Any] = {"age": 0, "low_confidence": 0, "cap": 0, "purged": 0}
     # Usually no agent comes near the cap: counting rows per agent (from an index, before

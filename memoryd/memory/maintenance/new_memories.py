@@ -12,13 +12,17 @@ from memoryd.memory import writes
 from memoryd.memory.maintenance.context import JobContext
 
 
-def bounded(value: str, limit: int = check.MAX_KEY) -> str:
-    """``value`` if it fits a key/source column, else its head plus a hash of the whole,
-    so derived keys stay unique and stable for any agent-supplied id."""
-    if len(value) <= limit:
+def bounded(value: str, limit: int = check.MAX_KEY,
+            max_bytes: int = check.MAX_TEXT_BYTES) -> str:
+    """``value`` if it fits a key/source column (in characters and in UTF-8 bytes), else
+    its head plus a hash of the whole, so derived keys stay unique and stable for any
+    agent-supplied id."""
+    encoded = value.encode("utf-8")
+    if len(value) <= limit and len(encoded) <= max_bytes:
         return value
-    digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
-    return f"{value[:limit - len(digest) - 1]}#{digest}"
+    digest = hashlib.sha256(encoded).hexdigest()[:16]
+    head = value[:limit - len(digest) - 1].encode("utf-8")[:max_bytes - len(digest) - 1]
+    return f"{head.decode('utf-8', 'ignore')}#{digest}"
 
 
 def prepare_memories(ctx: JobContext, agent_id: str,

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import math
 
+from memoryd import validation as check
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.context import JobContext
+
+# Spans of time a job takes (ages, windows, retention), in days: at most a century, so
+# that "now minus the span" is always a date Python and PostgreSQL represent.
+MAX_DAYS = 36_500
+MAX_HOURS = MAX_DAYS * 24
 
 
 def number(name: str, value: object, low: float, high: float | None = None) -> float:
@@ -19,10 +25,12 @@ def number(name: str, value: object, low: float, high: float | None = None) -> f
     raise ValidationError(name, f"must be a number {bounds}, got {value!r}")
 
 
-def integer(name: str, value: object, low: int = 1) -> int:
-    """An integer job parameter >= ``low``; booleans are rejected."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValidationError(name, f"must be an integer >= {low}, got {value!r}")
+def integer(name: str, value: object, low: int = 1, high: int = check.MAX_INT) -> int:
+    """An integer job parameter in [low, high] (by default within PostgreSQL's
+    integer); booleans are rejected."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(name, f"must be an integer in [{low}, {high}], "
+                                    f"got {value!r:.40}")
     return value
 
 

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from memoryd import clock
 from memoryd import validation as check
+from memoryd.db import faults
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.context import JobContext, JobFn
 from memoryd.redaction import describe_error
@@ -89,10 +90,13 @@ def run_job(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
 
 # Taken by the runner itself, for every job.
 RUNNER_PARAMS = frozenset({"batch_size"})
+MAX_BATCH_SIZE = 1_000_000
 
 
 def _check_params(job_name: str, fn: JobFn, params: Mapping[str, Any]) -> None:
     """Refuse a parameter the job does not take, naming it, before anything runs."""
+    if "batch_size" in params:
+        check.limit(params["batch_size"], "params.batch_size", MAX_BATCH_SIZE)
     accepted = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
         return
@@ -128,17 +132,38 @@ def _run_locked(store: MemoryStore, job_name: str, fn: JobFn, agent_id: str | No
         bound.warning("maintenance.interrupted_runs_closed", runs=interrupted)
     try:
         outcome = fn(ctx, **params)
-    except OperationalError:
-        _finish_run(store, run_id, "failed", {}, "transient database error; retried")
+    except ValidationError as exc:
+        if _refused(exc, fn, params):
+            _forget_run(store, run_id)
+        else:
+            _failed(store, run_id, exc, bound)
+        raise
+    except DBAPIError as exc:
+        if faults.transient(exc):
+            _finish_run(store, run_id, "failed", {}, "transient database error; retried")
+        else:
+            _failed(store, run_id, faults.refusal(exc), bound)
         raise
     except Exception as exc:  # recorded in the audit, then re-raised for the caller
-        _finish_run(store, run_id, "failed", {}, describe_error(exc))
-        bound.exception("maintenance.failed")
+        _failed(store, run_id, exc, bound)
         raise
     stats = {**outcome.stats, "duration_ms": round((time.monotonic() - started) * 1000)}
     _finish_run(store, run_id, "ok", stats, None)
     bound.info("maintenance.finished", complete=outcome.complete, **_loggable(stats))
     return RunRecord(run_id, job_name, "ok", stats, outcome.complete)
+
+
+def _failed(store: MemoryStore, run_id: int, exc: BaseException, bound: Any) -> None:
+    _finish_run(store, run_id, "failed", {}, describe_error(exc))
+    bound.exception("maintenance.failed")
+
+
+def _refused(exc: ValidationError, fn: JobFn, params: Mapping[str, Any]) -> bool:
+    """A job checks its request (its parameters, the agent) before it touches anything:
+    a ValidationError naming one of them refused the request, and no run took place."""
+    named = exc.field.removeprefix("params.")
+    return (named in {"params", "agent_id", *params}
+            or named in inspect.signature(fn).parameters)
 
 
 def _loggable(stats: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +198,12 @@ def _close_interrupted(store: MemoryStore, job_name: str) -> list[int]:
             UPDATE maintenance_runs SET status = 'failed', finished_at = now(), error = :error
             WHERE job = :job AND status = 'running' RETURNING id
         """), {"job": job_name, "error": INTERRUPTED}).scalars()]
+
+
+def _forget_run(store: MemoryStore, run_id: int) -> None:
+    """A refused request leaves no audit row."""
+    with store.session() as session:
+        session.execute(text("DELETE FROM maintenance_runs WHERE id = :id"), {"id": run_id})
 
 
 def _finish_run(store: MemoryStore, run_id: int, status: str, stats: Mapping[str, Any],

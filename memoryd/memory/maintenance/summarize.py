@@ -34,7 +34,7 @@ from memoryd.memory import writes
 from memoryd.memory.facts import carries, facts_of
 from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
 from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
-from memoryd.memory.maintenance.params import integer
+from memoryd.memory.maintenance.params import MAX_DAYS, integer
 
 MAX_GROUP = 200  # originals per summary: bounds the prompt, the locks and the transaction
 _CONTENT_CHARS = 4000  # per original; the LLM helpers clip items to 2,000 chars anyway
@@ -76,7 +76,7 @@ def summarize(ctx: JobContext, older_than_days: int = 30, min_group: int = 2,
     """Summarize groups of old memories into one summary each; archive the originals
     with derived_from links."""
     opts = _Options(cutoff=ctx.now - timedelta(days=integer("older_than_days",
-                                                            older_than_days, 0)),
+                                                            older_than_days, 0, MAX_DAYS)),
                     min_group=integer("min_group", min_group, 2),
                     max_group=integer("max_group", max_group, 2),
                     summary_chars=integer("summary_chars", summary_chars, 100))
