@@ -213,6 +213,11 @@ class Settings(BaseSettings):
         empty when none runs (no file, or one a stopped or killed stack left)."""
         try:
             data = json.loads(self.runtime_file().read_text())
+        except PermissionError:  # it holds passwords: mode 0600, the stack's user's
+            raise NoBrokerConfigured(
+                f"no broker configured: MEMORYD_BROKER_URL is unset and only the user "
+                f"running `memoryd up` may read {self.runtime_file()}; run as that user, "
+                f"or set MEMORYD_BROKER_URL") from None
         except (OSError, ValueError):
             return {}
         if not isinstance(data, dict) or not _alive(data.get("pid")):

@@ -31,6 +31,7 @@ from memoryd.embedded._proc import (
     hand_over,
     hand_over_parents,
     hand_over_tree,
+    port_open,
     run_as_service_user,
     running_as_root,
     service_user,
@@ -68,6 +69,7 @@ class Stack:
         # Held before anything starts: a second stack on this directory is refused
         # without touching this one's services or runtime.json.
         with stack_dir.hold(settings, "up"):
+            self._check_ports()
             try:
                 database_url = self._database()
                 broker_url = self._broker()
@@ -94,6 +96,15 @@ class Stack:
         return 0
 
     # --- services -------------------------------------------------------------
+    def _check_ports(self) -> None:
+        """Refuse a taken gateway or Flower port before starting anything: found only
+        when that child exits, it would stop the whole stack a minute later."""
+        host = get_settings().gateway_host
+        for name, at, port in (("gateway", host, self.gateway_port),
+                               ("Flower", "127.0.0.1", self.flower_port)):
+            if port and port_open(port, at):
+                raise EmbeddedServiceError(f"port {port} ({name}) is already in use")
+
     def _database(self) -> str:
         settings = get_settings()
         if settings.database_url:

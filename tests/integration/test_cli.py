@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.memory.store import MemoryStore
+from tests.conftest import TEST_HOME
 from tests.support.cli import as_json, memoryd
 
 pytestmark = pytest.mark.slow
@@ -264,16 +266,17 @@ def test_an_unreachable_database_is_one_line_and_exit_code_3(
 
 
 @contextlib.contextmanager
-def _something_on_redis_default_port(tmp_path: Path) -> Iterator[None]:
+def _something_on_redis_default_port() -> Iterator[None]:
     """A Redis on 6379, as on many machines: memoryd must not take it for its own. The
-    one already there is left alone; else one is started for the test."""
+    one already there is left alone; else one is started for the test (beside the
+    session's servers, where no pytest session makes the directories private)."""
     from memoryd.embedded._proc import port_open
     from memoryd.embedded.redis import EmbeddedRedis
 
     if port_open(6379):
         yield
         return
-    redis = EmbeddedRedis(tmp_path / "redis-6379", 6379)
+    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=TEST_HOME)) / "redis-6379", 6379)
     redis.start()
     try:
         yield
@@ -295,7 +298,7 @@ def test_with_no_broker_configured_and_no_stack_running_commands_say_so_in_one_l
                 f"MEMORYD_BROKER_URL")
     killed = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                             capture_output=True, text=True, check=True)
-    with _something_on_redis_default_port(tmp_path):
+    with _something_on_redis_default_port():
         for left_behind in (False, True):
             if left_behind:
                 data_dir.mkdir()

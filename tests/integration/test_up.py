@@ -9,12 +9,14 @@ import os
 import pty
 import pwd
 import queue
+import random
 import re
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,13 +28,28 @@ import psutil
 import pytest
 
 from memoryd.config import Settings
-from memoryd.embedded._proc import SERVICE_USER, free_port, port_open
+from memoryd.embedded._proc import SERVICE_USER, port_open
 from memoryd.schedules.names import JOB_NAMES as JOBS
+from tests.conftest import TEST_HOME
 
 pytestmark = pytest.mark.slow
 
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 40.0
+
+
+def _port() -> int:
+    """A free port for the gateway or Flower, below the kernel's ephemeral range: those
+    bind it a minute after it was chosen (later still on a busy machine), and meanwhile
+    the kernel may hand an ephemeral port (``free_port``) to anyone else's server: the
+    child would exit, and ``memoryd up`` stop, Redis with it, under the test's client."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(max(1024, low - 12_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe, \
+                contextlib.suppress(OSError):
+            probe.bind(("127.0.0.1", port))
+            return port
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -57,6 +74,16 @@ def _processes_of(data_dir: Path, pids: set[int]) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def _nothing_left(data_dir: Path, pids: set[int]) -> None:
+    """Everything of the stack is gone. Given a few seconds: a server whose stop was
+    confirmed (``pg_ctl stop -w`` returns once the pid file is gone) may still be
+    exiting, which on a busy machine takes a while."""
+    deadline = time.monotonic() + 10
+    while left := _processes_of(data_dir, pids):
+        assert time.monotonic() < deadline, [(p.pid, p.cmdline()) for p in left]
+        time.sleep(0.2)
 
 
 class _Lines:
@@ -100,9 +127,15 @@ def _reap(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture
-def up_dir(tmp_path: Path) -> Iterator[Path]:
-    """A fresh data dir; whatever a failed test leaves running there is stopped."""
-    data_dir = tmp_path / "up-data"
+def up_dir() -> Iterator[Path]:
+    """A fresh data dir; whatever a failed test leaves running there is stopped.
+
+    Beside the session's servers, not under pytest's ``tmp_path``: as root, ``memoryd up``
+    runs its children as the service user and lets it through the directories above the
+    data dir, and every pytest session that starts on the machine makes pytest's
+    temporary root private again. That cut a running stack off from its files: a child
+    failed, the stack stopped, and Redis with it, under the test's client."""
+    data_dir = Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME)) / "up-data"
     yield data_dir
     for proc in _processes_of(data_dir, set()):
         if "postgres" in " ".join(proc.cmdline()):
@@ -201,7 +234,7 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
     from memoryd.client import MemoryClient
     from memoryd.types import StoreResult
 
-    flower_port, gateway_port = free_port(), free_port()
+    flower_port, gateway_port = _port(), _port()
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     log_path = up_dir.parent / "up.log"
     with log_path.open("wb") as log:
@@ -259,9 +292,7 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         assert code == 0, log_path.read_text()[-4000:]
         assert time.monotonic() - started < STOP_TIMEOUT_S
         assert not runtime_file.exists()
-        time.sleep(0.5)
-        left = _processes_of(up_dir, recorded)
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, recorded)
 
         # A first start, quiet: no banners, no quantization chatter (the int8 model was
         # derived in this data dir), no superuser warnings.
@@ -283,7 +314,7 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     leader, follower = pty.openpty()
     up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--flower-port",
-                           str(free_port()), "--gateway-port", str(free_port())], env=env,
+                           str(_port()), "--gateway-port", str(_port())], env=env,
                           stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
                           start_new_session=True)
     os.close(follower)
@@ -306,9 +337,7 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         assert f"login {_private(up_dir / 'flower.login')}, shown this once" in shown
         up.send_signal(signal.SIGTERM)
         assert up.wait(STOP_TIMEOUT_S) == 0
-        time.sleep(0.5)
-        left = _processes_of(up_dir, set(runtime["children"].values()))
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, set(runtime["children"].values()))
         plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in terminal.seen]  # colours
         logged = [line for line in plain
                   if "embedded_postgres.started" in line or "ready" in line]
@@ -328,15 +357,15 @@ def test_a_second_up_on_a_data_directory_in_use_is_refused_at_once_and_changes_n
     log_path = up_dir.parent / "up.log"
     with log_path.open("wb") as log:
         up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--flower-port",
-                               str(free_port()), "--gateway-port", str(free_port())],
+                               str(_port()), "--gateway-port", str(_port())],
                               env=env, stdin=subprocess.DEVNULL, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         runtime = _wait_for_runtime(up, up_dir, log_path)
         recorded = (up_dir / "runtime.json").read_bytes()
         running = {p.pid for p in _processes_of(up_dir, set())}
-        for second in (["up", "--flower-port", str(free_port()), "--gateway-port",
-                        str(free_port())], ["run"]):
+        for second in (["up", "--flower-port", str(_port()), "--gateway-port",
+                        str(_port())], ["run"]):
             done = subprocess.run([sys.executable, "-m", "memoryd", *second], env=env,
                                   stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=60, check=False)
@@ -372,7 +401,7 @@ def test_a_second_up_on_a_data_directory_in_use_is_refused_at_once_and_changes_n
 def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
-                           "--gateway-port", str(free_port())], env=env,
+                           "--gateway-port", str(_port())], env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -389,9 +418,7 @@ def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
         _, stderr = up.communicate(timeout=STOP_TIMEOUT_S)
         assert up.returncode == 130, stderr[-3000:]
         assert not (up_dir / "runtime.json").exists()
-        time.sleep(0.5)
-        left = _processes_of(up_dir, set())
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, set())
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
@@ -405,15 +432,34 @@ def test_a_service_that_cannot_start_leaves_nothing_running(up_dir: Path) -> Non
         port = taken.getsockname()[1]
         env = _clean_env(MEMORYD_DATA_DIR=str(up_dir), MEMORYD_EMBEDDED_REDIS_PORT=str(port))
         done = subprocess.run([sys.executable, "-m", "memoryd", "up", "--no-flower",
-                           "--gateway-port", str(free_port())], env=env,
+                           "--gateway-port", str(_port())], env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=START_TIMEOUT_S, check=False)
     assert done.returncode == 2
     assert f"EmbeddedServiceError: port {port} is already in use" in done.stderr
     assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()  # it had started
-    time.sleep(0.5)
-    left = _processes_of(up_dir, set())
-    assert left == [], [(p.pid, p.cmdline()) for p in left]
+    _nothing_left(up_dir, set())
+
+
+@pytest.mark.parametrize("taken", ["--gateway-port", "--flower-port"])
+def test_a_taken_gateway_or_flower_port_is_refused_before_anything_starts(
+        up_dir: Path, taken: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        ports = {"--gateway-port": str(_port()), "--flower-port": str(_port()),
+                 taken: str(port)}
+        done = subprocess.run([sys.executable, "-m", "memoryd", "up",
+                               *(arg for pair in ports.items() for arg in pair)],
+                              env=_clean_env(MEMORYD_DATA_DIR=str(up_dir)),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert done.returncode == 2
+    name = "gateway" if taken == "--gateway-port" else "Flower"
+    assert done.stderr.splitlines() == [
+        f"memoryd: error: EmbeddedServiceError: port {port} ({name}) is already in use"]
+    assert not (up_dir / "postgres").exists() and not (up_dir / "redis").exists()
 
 
 def test_run_lists_the_schedule_and_stops_on_sigterm(service_env: dict[str, str]) -> None:
@@ -488,8 +534,6 @@ def test_run_and_one_off_commands_stop_the_embedded_postgres_they_use(
         else:
             run.send_signal(stop)
         assert run.wait(STOP_TIMEOUT_S) == 0
-        time.sleep(0.5)
-        left = _processes_of(up_dir, {run.pid})
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, {run.pid})
     finally:
         _reap(run)
