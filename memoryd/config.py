@@ -18,7 +18,7 @@ import platformdirs
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from memoryd.errors import ConfigError
+from memoryd.errors import ConfigError, NoBrokerConfigured
 from memoryd.process import GLOBALS
 
 _SCHEDULE_PREFIX = "MEMORYD_SCHEDULE_"
@@ -196,17 +196,45 @@ class Settings(BaseSettings):
         return self.data_dir / "runtime.json"
 
     def resolved_broker_url(self) -> str:
-        """The broker: configured, else the one `memoryd up` started, else local Redis."""
+        """The broker: configured, else the one the `memoryd up` running on the data
+        directory started; never a guess."""
         if self.broker_url:
             return self.broker_url
-        return str(self._runtime().get("broker_url", "redis://127.0.0.1:6379/0"))
+        url = self.running_stack().get("broker_url")
+        if not url:
+            raise NoBrokerConfigured(
+                f"no broker configured: MEMORYD_BROKER_URL is unset and no `memoryd up` "
+                f"runs on MEMORYD_DATA_DIR={self.data_dir}; start one there, or set "
+                f"MEMORYD_DATA_DIR or MEMORYD_BROKER_URL")
+        return str(url)
 
-    def _runtime(self) -> dict[str, Any]:
+    def running_stack(self) -> dict[str, Any]:
+        """What ``runtime.json`` says of the `memoryd up` running on the data directory;
+        empty when none runs (no file, or one a stopped or killed stack left)."""
         try:
             data = json.loads(self.runtime_file().read_text())
+        except PermissionError:  # it holds passwords: mode 0600, the stack's user's
+            raise NoBrokerConfigured(
+                f"no broker configured: MEMORYD_BROKER_URL is unset and only the user "
+                f"running `memoryd up` may read {self.runtime_file()}; run as that user, "
+                f"or set MEMORYD_BROKER_URL") from None
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
+        if not isinstance(data, dict) or not _alive(data.get("pid")):
+            return {}
+        return data
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's (a stack started as root)
+        return True
+    return True
 
 
 def _load() -> Settings:

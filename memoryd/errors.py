@@ -33,6 +33,15 @@ class ConfigError(MemorydError):
     """The configuration is invalid; raised at start-up, not at 03:00."""
 
 
+class NoBrokerConfigured(ConfigError):
+    """No broker is configured and no ``memoryd up`` runs on the data directory: memoryd
+    does not guess one (whatever listens on Redis's default port may be someone else's)."""
+
+
+class DataDirInUse(MemorydError):
+    """Another ``memoryd up`` or ``memoryd run`` holds the data directory."""
+
+
 class MemorydTimeoutError(MemorydError, TimeoutError):
     """A job did not finish within the caller's timeout."""
 

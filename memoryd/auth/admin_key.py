@@ -5,7 +5,6 @@ database) is replaced."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -13,6 +12,7 @@ from sqlalchemy import Engine
 from memoryd.auth import keys, scope
 from memoryd.auth.keys import KeyVerifier
 from memoryd.db.engine import session_scope
+from memoryd.files import write_private
 
 FILE_NAME = "admin.key"
 KEY_NAME = "memoryd up admin"
@@ -34,15 +34,5 @@ def ensure(engine: Engine, data_dir: Path) -> tuple[str, bool]:
     with session_scope(engine) as session:
         made = keys.create(session, name=KEY_NAME, agents=(), prefixes=("",),
                            permissions=scope.permissions(read_only=False, admin=True))
-    _write_private(path, made.key + "\n")
+    write_private(path, made.key + "\n")
     return made.key, True
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a file only its owner can read, never readable by others even
-    for a moment."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)

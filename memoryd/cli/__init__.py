@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memoryd.errors import MemorydError
+from memoryd.errors import MemorydError, NoBrokerConfigured
 from memoryd.redaction import describe_error, format_error, scrub
 
 
@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         get_settings()  # fail loudly on a bad configuration, before anything starts
         result: int = args.handler(args)
+    except NoBrokerConfigured as exc:  # nothing to reach, like a broker that is down
+        print(f"memoryd: error: {describe_error(exc)}", file=sys.stderr)
+        return 3
     except MemorydError as exc:
         print(f"memoryd: error: {describe_error(exc)}", file=sys.stderr)
         return 2

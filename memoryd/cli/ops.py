@@ -8,6 +8,7 @@ from typing import Any
 
 from memoryd.cli import database
 from memoryd.cli.output import as_json, key_values, table
+from memoryd.errors import NoBrokerConfigured
 from memoryd.schedules.names import JOB_NAMES
 
 
@@ -82,6 +83,8 @@ def _broker_view(timeout: float = 1.0) -> dict[str, Any]:
         with app.connection_for_read() as conn:
             view["queues"] = broker_for(app.conf.broker_url).queue_lengths(
                 conn.default_channel)
+    except NoBrokerConfigured as exc:
+        view["error"] = str(exc)
     except Exception as exc:  # an unreachable broker is a status, not a crash
         view["error"] = f"broker unreachable: {type(exc).__name__}"
     return view

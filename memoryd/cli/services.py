@@ -69,6 +69,9 @@ def node_name(queues: list[str], name: str | None = None) -> str:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from memoryd.config import get_settings
+
+    get_settings().resolved_broker_url()  # none configured: say so before anything starts
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     unknown = set(queues) - set(QUEUES)
     if unknown:
@@ -92,6 +95,7 @@ def _beat(args: argparse.Namespace) -> int:
     from memoryd.worker import app
 
     settings = get_settings()
+    settings.resolved_broker_url()  # none configured: say so before anything starts
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     argv = ["beat", f"--loglevel={args.log_level}",
             f"--schedule={settings.data_dir / 'celerybeat-schedule'}"]
@@ -100,7 +104,17 @@ def _beat(args: argparse.Namespace) -> int:
 
 
 def _run(_args: argparse.Namespace) -> int:
-    """One process, no broker: the same schedule, run directly against the database."""
+    """One process, no broker: the same schedule, run directly against the database.
+    It holds the data directory like ``memoryd up``: two schedules on one store would
+    run every job twice."""
+    from memoryd.cli import stack_dir
+    from memoryd.config import get_settings
+
+    with stack_dir.hold(get_settings(), "run"):
+        return _run_schedule()
+
+
+def _run_schedule() -> int:
     from memoryd.config import get_settings
     from memoryd.db.engine import get_engine
     from memoryd.db.migrate import upgrade

@@ -2,8 +2,9 @@
 
 Uses MEMORYD_DATABASE_URL / MEMORYD_BROKER_URL when set; otherwise starts the
 embedded PostgreSQL and an embedded Redis on 127.0.0.1. Then migrates and runs
-the memory worker, the maintenance worker, beat and Flower as child processes,
-and stops all of it on Ctrl-C (or SIGTERM).
+the memory worker, the maintenance worker, beat and Flower (behind a login) as child
+processes, and stops all of it on Ctrl-C (or SIGTERM). One stack per data directory:
+a second start there is refused before it starts anything.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from memoryd.cli import flower_login, stack_dir
 from memoryd.cli.services import STOP_SIGNALS
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
@@ -30,11 +31,13 @@ from memoryd.embedded._proc import (
     hand_over,
     hand_over_parents,
     hand_over_tree,
+    port_open,
     run_as_service_user,
     running_as_root,
     service_user,
 )
 from memoryd.errors import EmbeddedServiceError
+from memoryd.files import write_private
 
 if TYPE_CHECKING:
     from memoryd.embedded.postgres import EmbeddedPostgres
@@ -63,31 +66,45 @@ class Stack:
         # below.
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.default_int_handler)
-        try:
-            database_url = self._database()
-            broker_url = self._broker()
-            self._run_as = self._service_account()
-            env = {**os.environ, "MEMORYD_DATABASE_URL": database_url,
-                   "MEMORYD_BROKER_URL": broker_url,
-                   "MEMORYD_DATA_DIR": str(settings.data_dir)}
-            if self._run_as:
-                env["HOME"] = str(settings.data_dir / "home")
-            self._migrate(env)
-            admin_key = self._admin_key(database_url) if self.gateway_port else None
-            self._start_children(env)
-            self._write_runtime(runtime, database_url, broker_url)
-            self._announce(database_url, broker_url, admin_key)
-            self._wait()
-        finally:
-            self._stop_children()
-            runtime.unlink(missing_ok=True)
-            if self._redis is not None:
-                self._redis.stop()
-            if self._postgres is not None:
-                self._postgres.release()  # stopped unless another memoryd command uses it
+        # Held before anything starts: a second stack on this directory is refused
+        # without touching this one's services or runtime.json.
+        with stack_dir.hold(settings, "up"):
+            self._check_ports()
+            try:
+                database_url = self._database()
+                broker_url = self._broker()
+                self._run_as = self._service_account()
+                env = {**os.environ, "MEMORYD_DATABASE_URL": database_url,
+                       "MEMORYD_BROKER_URL": broker_url,
+                       "MEMORYD_DATA_DIR": str(settings.data_dir)}
+                if self._run_as:
+                    env["HOME"] = str(settings.data_dir / "home")
+                self._migrate(env)
+                admin_key = self._admin_key(database_url) if self.gateway_port else None
+                login = flower_login.ensure(settings.data_dir) if self.flower_port else None
+                self._start_children(env, login[0] if login else None)
+                self._write_runtime(runtime, database_url, broker_url)
+                self._announce(database_url, broker_url, admin_key, login)
+                self._wait()
+            finally:
+                self._stop_children()
+                runtime.unlink(missing_ok=True)
+                if self._redis is not None:
+                    self._redis.stop()
+                if self._postgres is not None:
+                    self._postgres.release()  # stopped unless another command uses it
         return 0
 
     # --- services -------------------------------------------------------------
+    def _check_ports(self) -> None:
+        """Refuse a taken gateway or Flower port before starting anything: found only
+        when that child exits, it would stop the whole stack a minute later."""
+        host = get_settings().gateway_host
+        for name, at, port in (("gateway", host, self.gateway_port),
+                               ("Flower", "127.0.0.1", self.flower_port)):
+            if port and port_open(port, at):
+                raise EmbeddedServiceError(f"port {port} ({name}) is already in use")
+
     def _database(self) -> str:
         settings = get_settings()
         if settings.database_url:
@@ -169,18 +186,20 @@ class Stack:
                                   f"--port={self.flower_port}", "--logging=error"]
         return commands
 
-    def _start_children(self, env: dict[str, str]) -> None:
+    def _start_children(self, env: dict[str, str], flower_auth: str | None) -> None:
         # Each in a process group of its own: Ctrl-C and a closing terminal signal this
         # process alone, which stops the children with SIGTERM, Celery's warm shutdown
         # (a worker off a terminal would take SIGHUP as an order to restart itself).
         for name, command in self._commands().items():
+            own = ({**env, flower_login.ENV_NAME: flower_auth}
+                   if name == "flower" and flower_auth else env)
             self.children[name] = subprocess.Popen(  # type: ignore[call-overload]
-                command, env=env, stdin=subprocess.DEVNULL, process_group=0, **self._run_as)
+                command, env=own, stdin=subprocess.DEVNULL, process_group=0, **self._run_as)
             log.info("up.started", process=name, pid=self.children[name].pid)
 
     def _write_runtime(self, path: Path, database_url: str, broker_url: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({
+        # Private: the URLs carry the services' passwords.
+        write_private(path, json.dumps({
             "pid": os.getpid(), "database_url": database_url, "broker_url": broker_url,
             "flower_url": f"http://127.0.0.1:{self.flower_port}" if self.flower_port else None,
             "gateway_url": self._gateway_url(),
@@ -192,16 +211,22 @@ class Stack:
         return f"http://{host}:{self.gateway_port}" if self.gateway_port else None
 
     def _announce(self, database_url: str, broker_url: str,
-                  admin_key: tuple[str, bool] | None) -> None:
-        lines = ["", "memoryd is up:", f"  {'database':<18} {database_url}",
-                 f"  {'broker':<18} {broker_url}"]
+                  admin_key: tuple[str, bool] | None, login: tuple[str, bool] | None) -> None:
+        from kombu.utils.url import maybe_sanitize_url
+        from sqlalchemy.engine import make_url
+
+        # Shown without their passwords (runtime.json, 0600, keeps them).
+        database = make_url(database_url).render_as_string(hide_password=True)
+        lines = ["", "memoryd is up:", f"  {'database':<18} {database}",
+                 f"  {'broker':<18} {maybe_sanitize_url(broker_url)}"]
         if self.gateway_port:
             url = self._gateway_url()
             lines.append(f"  {'gateway':<18} {url}  (API docs {url}/docs, MCP {url}/mcp)")
-        if self.flower_port:
-            lines.append(f"  {'flower':<18} http://127.0.0.1:{self.flower_port}")
+        if login is not None:
+            lines.append(f"  {'flower':<18} http://127.0.0.1:{self.flower_port}  "
+                         f"({self._login_words(*login)})")
         lines += [f"  {name:<18} pid {proc.pid}" for name, proc in self.children.items()]
-        memoryd = command_hint()
+        memoryd = stack_dir.command_hint()
         lines += ["", f"Try:  {memoryd} store agent-1 'User prefers dark mode'",
                   f"      {memoryd} recall agent-1 'what theme does the user like?'",
                   "Press Ctrl-C to stop.", ""]
@@ -214,9 +239,16 @@ class Stack:
 
         where = key_file(get_settings().data_dir)
         told = ([f"Admin key (all agents; shown this once, kept in {where}):", f"  {key}"]
-                if created else [f"Admin key: in {where}"])
+                if created and _on_terminal() else [f"Admin key: in {where}"])
         return [*told, f"      curl -H \"Authorization: Bearer $(cat {shlex.quote(str(where))})\" "
                        f"{self._gateway_url()}/v1/agents/agent-1/memories"]
+
+    @staticmethod
+    def _login_words(login: str, created: bool) -> str:
+        where = flower_login.login_file(get_settings().data_dir)
+        if created and _on_terminal():
+            return f"login {login}, shown this once, kept in {where}"
+        return f"login in {where}"
 
     # --- lifecycle --------------------------------------------------------------
     def _wait(self) -> None:
@@ -242,18 +274,7 @@ class Stack:
         self.children.clear()
 
 
-def command_hint() -> str:
-    """How to run ``memoryd`` from another shell, as typed: ``memoryd`` when that is on
-    the PATH, else the path of the script installed beside this interpreter (``./dev up``
-    does not activate the venv)."""
-    script = Path(sys.executable).parent / "memoryd"
-    if not script.exists():
-        command = f"{shlex.quote(sys.executable)} -m memoryd"
-    elif shutil.which("memoryd") == str(script):
-        command = "memoryd"
-    else:  # absolute: ./dev up runs in the repository, the user's shell may not
-        command = shlex.quote(str(script))
-    data_dir = os.environ.get("MEMORYD_DATA_DIR")
-    if data_dir:  # another shell finds this stack through its data directory
-        command = f"MEMORYD_DATA_DIR={shlex.quote(data_dir)} {command}"
-    return command
+def _on_terminal() -> bool:
+    """Secrets are shown on a terminal only: a redirected banner (``memoryd up > up.log``)
+    says where they are kept instead of writing them into the file."""
+    return sys.stdout.isatty()

@@ -10,14 +10,32 @@ from celery import Celery
 from memoryd.broker import broker_for
 from memoryd.celery_config import celery_config
 from memoryd.config import Settings, get_settings
+from memoryd.errors import NoBrokerConfigured
 
 TASK_MODULES = ("memoryd.tasks.memory", "memoryd.tasks.maintenance", "memoryd.tasks.admin")
+# What an app built without a broker is configured with: Redis's queues (memoryd's
+# default broker), and nowhere to connect (``WorkerApp`` refuses first).
+_NO_BROKER_URL, _NO_RESULT_BACKEND = "redis://", "disabled://"
 
 
-def worker_config(settings: Settings) -> dict[str, Any]:
+class WorkerApp(Celery):  # type: ignore[misc]
+    """memoryd's worker app. Built without a broker when none is configured (importing
+    the tasks needs none): it then refuses every connection with the reason, rather
+    than trying Celery's default broker."""
+
+    no_broker: NoBrokerConfigured | None = None
+
+    def _connection(self, url: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.no_broker is not None:
+            raise self.no_broker
+        return super()._connection(url, *args, **kwargs)
+
+
+def worker_config(settings: Settings, broker_url: str | None = None,
+                  result_backend: str | None = None) -> dict[str, Any]:
     from memoryd.schedules.beat import beat_schedule
 
-    config = celery_config(settings)
+    config = celery_config(settings, broker_url=broker_url, result_backend=result_backend)
     return {
         **config,
         **broker_for(config["broker_url"]).worker_options(settings),
@@ -41,6 +59,10 @@ def worker_config(settings: Settings) -> dict[str, Any]:
 
 def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
-    app = Celery("memoryd", include=list(TASK_MODULES), set_as_current=True)
-    app.conf.update(worker_config(settings))
+    app = WorkerApp("memoryd", include=list(TASK_MODULES), set_as_current=True)
+    try:
+        app.conf.update(worker_config(settings))
+    except NoBrokerConfigured as missing:
+        app.no_broker = missing
+        app.conf.update(worker_config(settings, _NO_BROKER_URL, _NO_RESULT_BACKEND))
     return app

@@ -3,11 +3,16 @@ the test PostgreSQL and Redis, client commands answered by the session worker.""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.memory.store import MemoryStore
+from tests.conftest import TEST_HOME
 from tests.support.cli import as_json, memoryd
 
 pytestmark = pytest.mark.slow
@@ -257,3 +263,50 @@ def test_an_unreachable_database_is_one_line_and_exit_code_3(
     assert done.returncode == 3
     assert done.stderr.startswith("memoryd: error: Unavailable: connection failed")
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@contextlib.contextmanager
+def _something_on_redis_default_port() -> Iterator[None]:
+    """A Redis on 6379, as on many machines: memoryd must not take it for its own. The
+    one already there is left alone; else one is started for the test (beside the
+    session's servers, where no pytest session makes the directories private)."""
+    from memoryd.embedded._proc import port_open
+    from memoryd.embedded.redis import EmbeddedRedis
+
+    if port_open(6379):
+        yield
+        return
+    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=TEST_HOME)) / "redis-6379", 6379)
+    redis.start()
+    try:
+        yield
+    finally:
+        redis.stop()
+
+
+def test_with_no_broker_configured_and_no_stack_running_commands_say_so_in_one_line(
+        tmp_path: Path) -> None:
+    """No MEMORYD_BROKER_URL and no `memoryd up` on the data directory (none ever, or
+    one killed, its runtime.json left behind): the client commands and `memoryd mcp`
+    exit 3 with one line instead of waiting on whatever listens on 6379."""
+    data_dir = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env["MEMORYD_DATA_DIR"] = str(data_dir)
+    expected = (f"memoryd: error: NoBrokerConfigured: no broker configured: "
+                f"MEMORYD_BROKER_URL is unset and no `memoryd up` runs on "
+                f"MEMORYD_DATA_DIR={data_dir}; start one there, or set MEMORYD_DATA_DIR or "
+                f"MEMORYD_BROKER_URL")
+    killed = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                            capture_output=True, text=True, check=True)
+    with _something_on_redis_default_port():
+        for left_behind in (False, True):
+            if left_behind:
+                data_dir.mkdir()
+                (data_dir / "runtime.json").write_text(json.dumps(
+                    {"pid": int(killed.stdout), "broker_url": "redis://127.0.0.1:6379/0"}))
+            for command in (("store", "a", "x"), ("recall", "a", "what?"),
+                            ("mcp", "--agent", "a")):
+                done = memoryd(env, *command, check=False, timeout=60)
+                assert done.returncode == 3, (command, done.stderr)
+                assert done.stderr.splitlines() == [expected], command
+                assert done.stdout == ""

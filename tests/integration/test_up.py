@@ -9,31 +9,47 @@ import os
 import pty
 import pwd
 import queue
+import random
 import re
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import psutil
 import pytest
 
 from memoryd.config import Settings
-from memoryd.embedded._proc import SERVICE_USER, free_port, port_open
+from memoryd.embedded._proc import SERVICE_USER, port_open
 from memoryd.schedules.names import JOB_NAMES as JOBS
+from tests.conftest import TEST_HOME
 
 pytestmark = pytest.mark.slow
 
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 40.0
+
+
+def _port() -> int:
+    """A free port for the gateway or Flower, below the kernel's ephemeral range: those
+    bind it a minute after it was chosen (later still on a busy machine), and meanwhile
+    the kernel may hand an ephemeral port (``free_port``) to anyone else's server: the
+    child would exit, and ``memoryd up`` stop, Redis with it, under the test's client."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        port = random.randrange(max(1024, low - 12_000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe, \
+                contextlib.suppress(OSError):
+            probe.bind(("127.0.0.1", port))
+            return port
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
@@ -60,6 +76,16 @@ def _processes_of(data_dir: Path, pids: set[int]) -> list[psutil.Process]:
     return found
 
 
+def _nothing_left(data_dir: Path, pids: set[int]) -> None:
+    """Everything of the stack is gone. Given a few seconds: a server whose stop was
+    confirmed (``pg_ctl stop -w`` returns once the pid file is gone) may still be
+    exiting, which on a busy machine takes a while."""
+    deadline = time.monotonic() + 10
+    while left := _processes_of(data_dir, pids):
+        assert time.monotonic() < deadline, [(p.pid, p.cmdline()) for p in left]
+        time.sleep(0.2)
+
+
 class _Lines:
     """Reads a pipe in a thread, so the test can wait for a line with a timeout."""
 
@@ -75,9 +101,20 @@ class _Lines:
                 self.lines.put(line)
 
     def next(self, timeout: float) -> str:
-        line = self.lines.get(timeout=timeout)
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("no line in time; so far:\n" + "".join(self.seen)[-4000:]) \
+                from None
         self.seen.append(line)
         return line
+
+    def drained(self) -> str:
+        """Everything read so far, for a failure's message."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.seen.append(self.lines.get(timeout=0.5))
+        return "".join(self.seen)[-4000:]
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:
@@ -90,9 +127,15 @@ def _reap(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture
-def up_dir(tmp_path: Path) -> Iterator[Path]:
-    """A fresh data dir; whatever a failed test leaves running there is stopped."""
-    data_dir = tmp_path / "up-data"
+def up_dir() -> Iterator[Path]:
+    """A fresh data dir; whatever a failed test leaves running there is stopped.
+
+    Beside the session's servers, not under pytest's ``tmp_path``: as root, ``memoryd up``
+    runs its children as the service user and lets it through the directories above the
+    data dir, and every pytest session that starts on the machine makes pytest's
+    temporary root private again. That cut a running stack off from its files: a child
+    failed, the stack stopped, and Redis with it, under the test's client."""
+    data_dir = Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME)) / "up-data"
     yield data_dir
     for proc in _processes_of(data_dir, set()):
         if "postgres" in " ".join(proc.cmdline()):
@@ -106,15 +149,20 @@ def up_dir(tmp_path: Path) -> Iterator[Path]:
         server.stop()
 
 
+def _private(path: Path) -> str:
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    return path.read_text().strip()
+
+
 def _gateway_answers_with_the_admin_key(up_dir: Path, url: str, agent: str, log: str,
                                         deadline: float) -> None:
-    """The admin key was printed once and kept private; the gateway takes it."""
+    """The admin key was kept private, and not printed: stdout is a file, not a
+    terminal, so the banner says where the key is. The gateway takes it."""
     import httpx
 
-    key_path = up_dir / "admin.key"
-    key = key_path.read_text().strip()
-    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
-    assert key.startswith("mdk_") and log.count(key) == 1
+    key = _private(up_dir / "admin.key")
+    assert key.startswith("mdk_") and key not in log
+    assert f"Admin key: in {up_dir / 'admin.key'}" in log
     while True:
         try:
             listed = httpx.get(f"{url}/v1/agents/{agent}/memories",
@@ -127,11 +175,66 @@ def _gateway_answers_with_the_admin_key(up_dir: Path, url: str, agent: str, log:
     assert [m["content"] for m in listed.json()["items"]] == ["memoryd up works out of the box."]
 
 
+def _wait_for_runtime(up: subprocess.Popen[bytes], up_dir: Path, log_path: Path
+                      ) -> dict[str, Any]:
+    runtime_file = up_dir / "runtime.json"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not runtime_file.exists():
+        assert up.poll() is None, log_path.read_text()[-4000:]
+        assert time.monotonic() < deadline, "no runtime.json:\n" + log_path.read_text()
+        time.sleep(0.2)
+    found: dict[str, Any] = json.loads(runtime_file.read_text())  # replaced in one go
+    return found
+
+
+FLOWER_PAGES = ("/", "/tasks", "/tasks/datatable?draw=1&start=0&length=10"
+                "&order[0][column]=0&columns[0][data]=name&order[0][dir]=asc",
+                "/task/{task_id}", "/api/tasks")
+
+
+def _flower_is_behind_its_login(up_dir: Path, runtime: dict[str, Any], log: str,
+                                deadline: float) -> None:
+    """Every Flower page asks for the login ``memoryd up`` made (kept private, not
+    printed off a terminal, not on Flower's command line) and opens with it."""
+    import httpx
+
+    from memoryd.client import MemoryClient
+
+    login = _private(up_dir / "flower.login")
+    user, _, password = login.partition(":")
+    assert user and len(password) >= 24 and password not in log
+    assert f"login in {up_dir / 'flower.login'}" in log
+    flower = psutil.Process(runtime["children"]["flower"])
+    assert password not in " ".join(flower.cmdline())
+    url = runtime["flower_url"]
+    while True:
+        try:
+            httpx.get(url, timeout=5)
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "Flower never answered"
+            time.sleep(0.5)
+    # A task Flower saw, for its page.
+    with MemoryClient(settings=Settings(data_dir=up_dir), timeout=120) as client:
+        pending = client.store(f"flower-{uuid.uuid4()}", "Flower keeps this behind its login.",
+                               wait=False)
+        pending.get()
+    with httpx.Client(base_url=url, timeout=30) as http:
+        while pending.id not in http.get("/api/tasks", auth=(user, password)).json():
+            assert time.monotonic() < deadline, "Flower never saw the task"
+            time.sleep(0.5)
+        for page in FLOWER_PAGES:
+            path = page.format(task_id=pending.id)
+            assert http.get(path).status_code == 401, path
+            assert http.get(path, auth=(user, "not-the-password")).status_code == 401, path
+            assert http.get(path, auth=(user, password)).status_code == 200, path
+
+
 def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: Path) -> None:
     from memoryd.client import MemoryClient
     from memoryd.types import StoreResult
 
-    flower_port, gateway_port = free_port(), free_port()
+    flower_port, gateway_port = _port(), _port()
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     log_path = up_dir.parent / "up.log"
     with log_path.open("wb") as log:
@@ -142,13 +245,8 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         runtime_file = up_dir / "runtime.json"
+        runtime = _wait_for_runtime(up, up_dir, log_path)
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not runtime_file.exists():
-            assert up.poll() is None, log_path.read_text()[-4000:]
-            assert time.monotonic() < deadline, "no runtime.json:\n" + log_path.read_text()
-            time.sleep(0.2)
-        time.sleep(0.2)  # written in one go; let the writer finish
-        runtime = json.loads(runtime_file.read_text())
         assert runtime["pid"] == up.pid
         assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat",
                                             "gateway", "flower"}
@@ -156,6 +254,7 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         assert runtime["database_url"].startswith("postgresql")
         assert runtime["flower_url"] == f"http://127.0.0.1:{flower_port}"
         assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
+        assert stat.S_IMODE(runtime_file.stat().st_mode) == 0o600  # it holds passwords
 
         # A client finds the broker through runtime.json alone (no MEMORYD_BROKER_URL).
         agent = f"up-{uuid.uuid4()}"
@@ -167,15 +266,7 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         assert [h.memory.id for h in hits] == [stored.id]
         client.close()
 
-        status = 0
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(runtime["flower_url"], timeout=5) as response:
-                    status = response.status
-                    break
-            except OSError:
-                time.sleep(0.5)
-        assert status == 200
+        _flower_is_behind_its_login(up_dir, runtime, log_path.read_text(), deadline)
         _gateway_answers_with_the_admin_key(up_dir, runtime["gateway_url"], agent,
                                             log_path.read_text(), deadline)
 
@@ -201,9 +292,7 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         assert code == 0, log_path.read_text()[-4000:]
         assert time.monotonic() - started < STOP_TIMEOUT_S
         assert not runtime_file.exists()
-        time.sleep(0.5)
-        left = _processes_of(up_dir, recorded)
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, recorded)
 
         # A first start, quiet: no banners, no quantization chatter (the int8 model was
         # derived in this data dir), no superuser warnings.
@@ -220,11 +309,12 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
 
 def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
     """A supervisor (systemd, docker) signals only the main process. Started on a
-    terminal (a pty): memoryd up and the children that inherit it log console lines."""
+    terminal (a pty): memoryd up and the children that inherit it log console lines, and
+    the new admin key and Flower login are shown there."""
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     leader, follower = pty.openpty()
-    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
-                           "--gateway-port", str(free_port())], env=env,
+    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--flower-port",
+                           str(_port()), "--gateway-port", str(_port())], env=env,
                           stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
                           start_new_session=True)
     os.close(follower)
@@ -234,19 +324,20 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         runtime_file = up_dir / "runtime.json"
         deadline = time.monotonic() + START_TIMEOUT_S
         while not runtime_file.exists():
-            assert up.poll() is None and time.monotonic() < deadline
+            assert up.poll() is None and time.monotonic() < deadline, terminal.drained()
             time.sleep(0.2)
-        time.sleep(0.2)
         runtime = json.loads(runtime_file.read_text())
         assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat",
-                                            "gateway"}
-        while not any("memory@" in line and "ready" in line for line in terminal.seen):
+                                            "gateway", "flower"}
+        while not (any("memory@" in line and "ready" in line for line in terminal.seen)
+                   and any("Press Ctrl-C" in line for line in terminal.seen)):
             terminal.next(timeout=max(0.1, deadline - time.monotonic()))  # a worker's line
+        shown = "".join(terminal.seen)
+        assert _private(up_dir / "admin.key") in shown
+        assert f"login {_private(up_dir / 'flower.login')}, shown this once" in shown
         up.send_signal(signal.SIGTERM)
         assert up.wait(STOP_TIMEOUT_S) == 0
-        time.sleep(0.5)
-        left = _processes_of(up_dir, set(runtime["children"].values()))
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, set(runtime["children"].values()))
         plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in terminal.seen]  # colours
         logged = [line for line in plain
                   if "embedded_postgres.started" in line or "ready" in line]
@@ -260,10 +351,57 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         screen.close()
 
 
+def test_a_second_up_on_a_data_directory_in_use_is_refused_at_once_and_changes_nothing(
+        up_dir: Path) -> None:
+    env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    log_path = up_dir.parent / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--flower-port",
+                               str(_port()), "--gateway-port", str(_port())],
+                              env=env, stdin=subprocess.DEVNULL, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        runtime = _wait_for_runtime(up, up_dir, log_path)
+        recorded = (up_dir / "runtime.json").read_bytes()
+        running = {p.pid for p in _processes_of(up_dir, set())}
+        for second in (["up", "--flower-port", str(_port()), "--gateway-port",
+                        str(_port())], ["run"]):
+            done = subprocess.run([sys.executable, "-m", "memoryd", *second], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=60, check=False)
+            assert done.returncode == 2 and done.stdout == "", done
+            [line] = done.stderr.splitlines()  # one line, and nothing started: no logs
+            assert line.startswith(f"memoryd: error: DataDirInUse: memoryd up (pid {up.pid}) "
+                                   f"already runs on {up_dir} (gateway {runtime['gateway_url']}, "
+                                   f"Flower {runtime['flower_url']}); use it ("), line
+            assert line.endswith(" status) or stop it first"), line
+        assert (up_dir / "runtime.json").read_bytes() == recorded
+        assert running <= {p.pid for p in _processes_of(up_dir, set())}
+
+        # And the first stack still answers.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            status = subprocess.run([sys.executable, "-m", "memoryd", "status", "--json"],
+                                    env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                    text=True, timeout=120, check=False)
+            assert status.returncode == 0, status.stderr
+            if any(w.startswith("memory@") for w in json.loads(status.stdout)["workers"]):
+                break
+            assert time.monotonic() < deadline, status.stdout
+            time.sleep(1)
+        os.killpg(up.pid, signal.SIGINT)
+        assert up.wait(STOP_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
+        assert not (up_dir / "runtime.json").exists()
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait()
+
+
 def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
     up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
-                           "--gateway-port", str(free_port())], env=env,
+                           "--gateway-port", str(_port())], env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -280,9 +418,7 @@ def test_sigterm_during_start_up_stops_what_was_started(up_dir: Path) -> None:
         _, stderr = up.communicate(timeout=STOP_TIMEOUT_S)
         assert up.returncode == 130, stderr[-3000:]
         assert not (up_dir / "runtime.json").exists()
-        time.sleep(0.5)
-        left = _processes_of(up_dir, set())
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, set())
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGKILL)
@@ -296,15 +432,34 @@ def test_a_service_that_cannot_start_leaves_nothing_running(up_dir: Path) -> Non
         port = taken.getsockname()[1]
         env = _clean_env(MEMORYD_DATA_DIR=str(up_dir), MEMORYD_EMBEDDED_REDIS_PORT=str(port))
         done = subprocess.run([sys.executable, "-m", "memoryd", "up", "--no-flower",
-                           "--gateway-port", str(free_port())], env=env,
+                           "--gateway-port", str(_port())], env=env,
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=START_TIMEOUT_S, check=False)
     assert done.returncode == 2
     assert f"EmbeddedServiceError: port {port} is already in use" in done.stderr
     assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()  # it had started
-    time.sleep(0.5)
-    left = _processes_of(up_dir, set())
-    assert left == [], [(p.pid, p.cmdline()) for p in left]
+    _nothing_left(up_dir, set())
+
+
+@pytest.mark.parametrize("taken", ["--gateway-port", "--flower-port"])
+def test_a_taken_gateway_or_flower_port_is_refused_before_anything_starts(
+        up_dir: Path, taken: str) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        ports = {"--gateway-port": str(_port()), "--flower-port": str(_port()),
+                 taken: str(port)}
+        done = subprocess.run([sys.executable, "-m", "memoryd", "up",
+                               *(arg for pair in ports.items() for arg in pair)],
+                              env=_clean_env(MEMORYD_DATA_DIR=str(up_dir)),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60, check=False)
+    assert done.returncode == 2
+    name = "gateway" if taken == "--gateway-port" else "Flower"
+    assert done.stderr.splitlines() == [
+        f"memoryd: error: EmbeddedServiceError: port {port} ({name}) is already in use"]
+    assert not (up_dir / "postgres").exists() and not (up_dir / "redis").exists()
 
 
 def test_run_lists_the_schedule_and_stops_on_sigterm(service_env: dict[str, str]) -> None:
@@ -379,8 +534,6 @@ def test_run_and_one_off_commands_stop_the_embedded_postgres_they_use(
         else:
             run.send_signal(stop)
         assert run.wait(STOP_TIMEOUT_S) == 0
-        time.sleep(0.5)
-        left = _processes_of(up_dir, {run.pid})
-        assert left == [], [(p.pid, p.cmdline()) for p in left]
+        _nothing_left(up_dir, {run.pid})
     finally:
         _reap(run)

@@ -26,14 +26,15 @@ def test_worker_config_sweeps_for_lost_messages() -> None:
     from memoryd.config import override_settings
     from memoryd.worker.app import worker_config
 
-    with override_settings(visibility_timeout_s="5", task_time_limit_s="4",
+    broker = "redis://127.0.0.1:1/0"  # never reached: only the configuration is read
+    with override_settings(broker_url=broker, visibility_timeout_s="5", task_time_limit_s="4",
                            task_soft_time_limit_s="3") as settings:
         options = worker_config(settings)["broker_transport_options"]
     assert options["visibility_timeout"] == 5
     assert options["unacked_restore_throttle"] == 1
     assert options["unacked_restore_interval"] == 1
     assert options["unacked_mutex_expire"] <= 5
-    with override_settings(visibility_timeout_s="600") as settings:
+    with override_settings(broker_url=broker, visibility_timeout_s="600") as settings:
         options = worker_config(settings)["broker_transport_options"]
     assert options["unacked_restore_interval"] == 10
 

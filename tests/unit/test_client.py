@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -231,12 +232,58 @@ def test_a_valid_call_does_reach_for_the_broker(black_hole: socket.socket) -> No
 
 def test_client_without_broker_url_uses_the_runtime_file(tmp_path: Path) -> None:
     (tmp_path / "runtime.json").write_text(json.dumps(
-        {"broker_url": "redis://127.0.0.1:6390/3"}))
+        {"pid": os.getpid(), "broker_url": "redis://127.0.0.1:6390/3"}))
     client = MemoryClient(settings=Settings(data_dir=tmp_path))
     assert client._app.conf.broker_url == "redis://127.0.0.1:6390/3"
     assert client._app.conf.result_backend == "redis://127.0.0.1:6390/3"
     assert list(client._app.conf.accept_content) == ["json"]
     assert client._app.conf.task_serializer == "json"
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_a_client_with_no_broker_configured_and_no_stack_running_says_so(
+        tmp_path: Path) -> None:
+    """No guess at a Redis on its default port: a runtime.json a killed stack left
+    behind (its process gone) counts as no stack."""
+    from memoryd.errors import ConfigError, NoBrokerConfigured
+
+    for left in (None, {"pid": _dead_pid(), "broker_url": "redis://127.0.0.1:6390/3"}):
+        if left is not None:
+            (tmp_path / "runtime.json").write_text(json.dumps(left))
+        with pytest.raises(NoBrokerConfigured) as refused:
+            MemoryClient(settings=Settings(data_dir=tmp_path))
+        assert isinstance(refused.value, ConfigError)
+        message = str(refused.value)
+        assert "\n" not in message and str(tmp_path) in message
+        assert "MEMORYD_BROKER_URL" in message and "MEMORYD_DATA_DIR" in message
+
+
+def test_the_worker_app_without_a_broker_refuses_to_connect_anywhere(tmp_path: Path) -> None:
+    """Importing the tasks needs no broker; connecting does, and says which is missing
+    rather than trying a default broker."""
+    from celery import current_app
+
+    from memoryd.errors import NoBrokerConfigured
+    from memoryd.worker.app import create_app
+
+    previous = current_app._get_current_object()  # create_app makes its app the current one
+    try:
+        app = create_app(Settings(data_dir=tmp_path))
+        assert list(app.conf.accept_content) == ["json"]
+        with pytest.raises(NoBrokerConfigured):
+            app.control.ping(timeout=0.5)
+        with pytest.raises(NoBrokerConfigured):
+            app.send_task("memoryd.store", kwargs={})
+        configured = create_app(Settings(data_dir=tmp_path,
+                                         broker_url="redis://127.0.0.1:1/0"))
+        assert configured.conf.broker_url == "redis://127.0.0.1:1/0"
+    finally:
+        previous.set_current()
 
 
 def test_the_client_and_the_worker_share_one_celery_configuration(tmp_path: Path) -> None:
