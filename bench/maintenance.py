@@ -248,7 +248,7 @@ def _admin(server: Any) -> Any:
 
     from memoryd.db.engine import normalize_url
 
-    return create_engine(normalize_url(server.url("postgres")), isolation_level="AUTOCOMMIT",
+    return create_engine(normalize_url(server.owner_url("postgres")), isolation_level="AUTOCOMMIT",
                          poolclass=_null_pool())
 
 
@@ -341,8 +341,8 @@ def _create_template(server: Any) -> str:
     admin = _admin(server)
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}"'))
-        conn.execute(text(f'CREATE DATABASE "{TEMPLATE_DB}"'))
     admin.dispose()
+    server.create_database(TEMPLATE_DB)  # the app role's to migrate, as memoryd's is
     url = server.url(TEMPLATE_DB)
     store = MemoryStore(url)
     store.migrate()
