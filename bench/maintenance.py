@@ -324,7 +324,7 @@ def seed(server: Any, scale: int) -> dict[str, Any]:
             _build_indexes(conn, indexes, watch)
         _drop_vector_pool(conn)
     with watch("vacuum_s"):
-        size = _vacuum(engine)
+        size = _vacuum(server, engine)
     engine.dispose()
     info = {"scale": scale, "agents": agents, "vector_pool": pool,
             "database_mb": round(size / 2**20), **watch.rounded()}
@@ -409,13 +409,15 @@ def _drop_vector_pool(conn: Any) -> None:
     conn.commit()
 
 
-def _vacuum(engine: Any) -> int:
-    """Vacuum, analyze and checkpoint the loaded store; its database's size in bytes."""
+def _vacuum(server: Any, engine: Any) -> int:
+    """Vacuum, analyze and checkpoint (the owner's to run) the loaded store; its
+    database's size in bytes."""
     from sqlalchemy import text
 
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM (ANALYZE) memories"))
-        conn.execute(text("CHECKPOINT"))
+        with server.connect_owner("postgres") as owner:
+            owner.execute("CHECKPOINT")
         return int(conn.execute(text(
             "SELECT pg_database_size(current_database())")).scalar_one())
 
