@@ -25,7 +25,8 @@ import structlog
 _SECRET_KEYS = re.compile(r"(api_?key|password|passwd|secret|token|authorization|credential)",
                           re.IGNORECASE)
 _CONTENT_KEYS = {"content", "query", "text", "prompt", "messages"}
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+# A URL's password, also without a user name (Redis: ``redis://:PASSWORD@host``).
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
 MAX_VALUE_CHARS = 200
 MAX_EVENT_CHARS = 500  # third-party messages may embed payloads (task bodies, results)
 # Loggers that report their internals at INFO; kept at WARNING (at least) whatever the
