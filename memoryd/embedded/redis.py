@@ -9,6 +9,7 @@ messages, memory contents included."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -86,7 +87,8 @@ class EmbeddedRedis:
                 [redis_server_binary(), "-"], stdin=subprocess.PIPE, stdout=log_file,
                 stderr=subprocess.STDOUT, umask=UMASK, **run_as_service_user())
         assert self._proc.stdin is not None
-        with self._proc.stdin as config:
+        # A server that exits at once closes the pipe: the wait below reports that.
+        with contextlib.suppress(BrokenPipeError), self._proc.stdin as config:
             config.write(self._config().encode())
         deadline = time.monotonic() + timeout
         while not port_open(self.port):
