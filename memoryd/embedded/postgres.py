@@ -243,10 +243,10 @@ class EmbeddedPostgres:
         # bytes, so one inside a deep data directory stopped the server from starting.
         options = f"-h 127.0.0.1 -p {port} -k '' " + " ".join(
             f"-c {name}={value}" for name, value in settings.items())
-        if self.log_file.exists():
-            close(self.log_file)  # written by an older version, open to all
-            if running_as_root():
-                hand_over(self.log_file, service_user())
+        for entry in self.data_dir.iterdir():
+            close(entry)  # the port file, log and locks of an older version, open to all
+        if self.log_file.exists() and running_as_root():
+            hand_over(self.log_file, service_user())
         result = self._pg_ctl("start", "-w", "-t", "60", "-o", options, "-l", str(self.log_file),
                               check=False)
         if result.returncode != 0:

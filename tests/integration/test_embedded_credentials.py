@@ -19,6 +19,7 @@ import psycopg
 import pytest
 import redis
 
+from memoryd.embedded._proc import free_port
 from memoryd.embedded.postgres import APP_ROLE, HBA, OWNER, EmbeddedPostgres, bin_dir
 from memoryd.embedded.redis import EmbeddedRedis, redis_server_binary
 from memoryd.memory.store import MemoryStore
@@ -128,11 +129,13 @@ def test_another_local_user_can_read_nothing_in_the_data_directory(
 
 def test_every_folder_and_file_of_the_embedded_services_is_private(tmp_path: Path) -> None:
     # What an older version left open to all is closed on the next start, too.
-    old_log = tmp_path / "postgres" / "postgres.log"
-    old_aof = tmp_path / "redis" / "appendonly.aof"
-    for old in (old_log, old_aof):
-        old.parent.mkdir(mode=0o755)
-        old.write_text("")
+    (tmp_path / "postgres").mkdir(mode=0o755)
+    (tmp_path / "redis").mkdir(mode=0o755)
+    olds = {tmp_path / "postgres" / "postgres.log": "",
+            tmp_path / "postgres" / "port": str(free_port()),
+            tmp_path / "redis" / "appendonly.aof": ""}
+    for old, text in olds.items():
+        old.write_text(text)
         old.chmod(0o644)
     postgres, broker = EmbeddedPostgres(tmp_path / "postgres"), EmbeddedRedis(tmp_path / "redis")
     try:
