@@ -6,9 +6,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# The home and the data directory in it are the memoryd user's alone (0700).
 RUN groupadd --system --gid 10001 memoryd \
     && useradd --system --uid 10001 --gid memoryd --create-home --home-dir /home/memoryd \
-       --shell /usr/sbin/nologin memoryd
+       --shell /usr/sbin/nologin memoryd \
+    && install -d -m 0700 -o memoryd -g memoryd /home/memoryd/data \
+    && chmod 0700 /home/memoryd
 
 # Build from a scratch directory and delete it, so that at run time `memoryd` is
 # imported from site-packages only.

@@ -248,8 +248,9 @@ def _admin(server: Any) -> Any:
 
     from memoryd.db.engine import normalize_url
 
-    return create_engine(normalize_url(server.url("postgres")), isolation_level="AUTOCOMMIT",
-                         poolclass=_null_pool(), hide_parameters=True)
+    return create_engine(normalize_url(server.owner_url("postgres")),
+                         isolation_level="AUTOCOMMIT", poolclass=_null_pool(),
+                         hide_parameters=True)
 
 
 def _null_pool() -> Any:
@@ -324,7 +325,7 @@ def seed(server: Any, scale: int) -> dict[str, Any]:
             _build_indexes(conn, indexes, watch)
         _drop_vector_pool(conn)
     with watch("vacuum_s"):
-        size = _vacuum(engine)
+        size = _vacuum(server, engine)
     engine.dispose()
     info = {"scale": scale, "agents": agents, "vector_pool": pool,
             "database_mb": round(size / 2**20), **watch.rounded()}
@@ -341,8 +342,8 @@ def _create_template(server: Any) -> str:
     admin = _admin(server)
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}"'))
-        conn.execute(text(f'CREATE DATABASE "{TEMPLATE_DB}"'))
     admin.dispose()
+    server.create_database(TEMPLATE_DB)  # the app role's to migrate, as memoryd's is
     url = server.url(TEMPLATE_DB)
     store = MemoryStore(url)
     store.migrate()
@@ -409,13 +410,15 @@ def _drop_vector_pool(conn: Any) -> None:
     conn.commit()
 
 
-def _vacuum(engine: Any) -> int:
-    """Vacuum, analyze and checkpoint the loaded store; its database's size in bytes."""
+def _vacuum(server: Any, engine: Any) -> int:
+    """Vacuum, analyze and checkpoint (the owner's to run) the loaded store; its
+    database's size in bytes."""
     from sqlalchemy import text
 
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM (ANALYZE) memories"))
-        conn.execute(text("CHECKPOINT"))
+        with server.connect_owner("postgres") as owner:
+            owner.execute("CHECKPOINT")
         return int(conn.execute(text(
             "SELECT pg_database_size(current_database())")).scalar_one())
 

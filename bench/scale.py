@@ -560,7 +560,8 @@ def open_seeded(data_dir: Path) -> str:
 
 
 def prewarm(url: str) -> None:
-    """Load the table and its indexes into shared buffers (pg_prewarm)."""
+    """Load the table and its indexes into shared buffers (pg_prewarm, which
+    ``seeded_cluster`` installs)."""
     engine = _engine(url)
     try:
         with engine.begin() as conn:
@@ -607,6 +608,8 @@ def seeded_cluster(data_dir: Path, *, total: int, agents: int, big_agent_size: i
         (data_dir / SEED_FILE).write_text(json.dumps(info.to_json(), indent=2) + "\n")
     serving = server(data_dir, serve_options)
     url = serving.ensure_running()
+    with serving.connect_owner() as conn:  # for prewarm: the superuser's to install
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
     try:
         yield url, info
     finally:

@@ -23,7 +23,8 @@ from memoryd.errors import MemorydError, WorkerError
 SHOWN_KEYS = frozenset({"agent_id", "memory_id", "start_id", "job", "mode", "limit",
                         "depth", "dry_run", "category", "id", "run_id", "status"})
 MAX_MESSAGE_CHARS = 200
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+# A URL's password, also without a user name (Redis: ``redis://:PASSWORD@host``).
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # Where a database error's text starts quoting values; nothing after it is kept.
 _VALUES_FOLLOW = re.compile(r"\[parameters:|\[SQL parameters|^\s*(DETAIL|CONTEXT|HINT):"

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from memoryd.auth import keys, scope
 from memoryd.auth.keys import KeyVerifier
 from memoryd.db.engine import session_scope
-from memoryd.files import write_private
+from memoryd.private_files import write_private
 
 FILE_NAME = "admin.key"
 KEY_NAME = "memoryd up admin"

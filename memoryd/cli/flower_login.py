@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from memoryd.files import write_private
+from memoryd.private_files import write_private
 
 FILE_NAME = "flower.login"
 USER = "memoryd"

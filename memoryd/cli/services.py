@@ -92,11 +92,12 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _beat(args: argparse.Namespace) -> int:
     from memoryd.config import get_settings
+    from memoryd.private_files import private_dir
     from memoryd.worker import app
 
     settings = get_settings()
     settings.resolved_broker_url()  # none configured: say so before anything starts
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     argv = ["beat", f"--loglevel={args.log_level}",
             f"--schedule={settings.data_dir / 'celerybeat-schedule'}"]
     app.start(["--quiet", *argv] if args.quiet else argv)

@@ -20,6 +20,7 @@ from typing import Any
 
 from memoryd.config import Settings
 from memoryd.errors import DataDirInUse
+from memoryd.private_files import private_dir
 
 LOCK_NAME = "memoryd.lock"
 
@@ -29,7 +30,7 @@ def hold(settings: Settings, command: str) -> Iterator[None]:
     """Hold the data directory for ``command`` (``up``, ``run``), or raise
     ``DataDirInUse`` at once, saying who holds it, without touching anything of theirs."""
     data_dir = settings.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:

@@ -37,7 +37,8 @@ from memoryd.embedded._proc import (
     service_user,
 )
 from memoryd.errors import EmbeddedServiceError
-from memoryd.files import write_private
+from memoryd.private_files import private_dir, write_private
+from memoryd.redaction import scrub
 
 if TYPE_CHECKING:
     from memoryd.embedded.postgres import EmbeddedPostgres
@@ -132,10 +133,9 @@ class Stack:
             return {}
         user = service_user()
         data_dir = get_settings().data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        hand_over(data_dir, user)
+        hand_over(private_dir(data_dir), user)
         for sub in ("models", "home"):
-            (data_dir / sub).mkdir(exist_ok=True)
+            private_dir(data_dir / sub)
             hand_over_tree(data_dir / sub, user)
         for schedule in data_dir.glob("celerybeat-schedule*"):
             os.chown(schedule, user.pw_uid, user.pw_gid)
@@ -212,13 +212,9 @@ class Stack:
 
     def _announce(self, database_url: str, broker_url: str,
                   admin_key: tuple[str, bool] | None, login: tuple[str, bool] | None) -> None:
-        from kombu.utils.url import maybe_sanitize_url
-        from sqlalchemy.engine import make_url
-
         # Shown without their passwords (runtime.json, 0600, keeps them).
-        database = make_url(database_url).render_as_string(hide_password=True)
-        lines = ["", "memoryd is up:", f"  {'database':<18} {database}",
-                 f"  {'broker':<18} {maybe_sanitize_url(broker_url)}"]
+        lines = ["", "memoryd is up:", f"  {'database':<18} {scrub(database_url)}",
+                 f"  {'broker':<18} {scrub(broker_url)}"]
         if self.gateway_port:
             url = self._gateway_url()
             lines.append(f"  {'gateway':<18} {url}  (API docs {url}/docs, MCP {url}/mcp)")

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from memoryd.errors import EmbeddedServiceError
+from memoryd.private_files import close, close_tree, open_private, private_dir
 
 SERVICE_USER = "memoryd"
 
@@ -34,8 +35,9 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive inter-process lock, so concurrent starters start one server."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    if not path.parent.exists():
+        private_dir(path.parent)
+    with open_private(path) as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -62,12 +64,11 @@ def service_user() -> pwd.struct_passwd:
 
 
 def hand_over(path: Path, user: pwd.struct_passwd) -> None:
-    """Give ``path`` to ``user`` and let it traverse every parent directory."""
-    os.chown(path, user.pw_uid, user.pw_gid)
-    for parent in path.parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
+    """Give ``path`` to ``user``, closed to everyone else (0700, 0600), and let the user
+    reach it: a parent it cannot enter gets o+x (enter, not list)."""
+    os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
+    close(path)
+    hand_over_parents(path, user)
 
 
 def hand_over_tree(root: Path, user: pwd.struct_passwd) -> None:
@@ -75,6 +76,7 @@ def hand_over_tree(root: Path, user: pwd.struct_passwd) -> None:
     hand_over(root, user)
     for entry in root.rglob("*"):
         os.chown(entry, user.pw_uid, user.pw_gid, follow_symlinks=False)
+    close_tree(root)
 
 
 def run_as_service_user() -> dict[str, object]:
@@ -96,8 +98,12 @@ def ensure_readable_tree(root: Path) -> None:
     hand_over_parents(root)
 
 
-def hand_over_parents(path: Path) -> None:
+def hand_over_parents(path: Path, user: pwd.struct_passwd | None = None) -> None:
+    """Let another user (``user``, or anyone) enter every parent of ``path``; parents
+    ``user`` owns already stay closed."""
     for parent in path.parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
+        info = parent.stat()
+        if user is not None and info.st_uid == user.pw_uid and info.st_mode & stat.S_IXUSR:
+            continue
+        if not info.st_mode & stat.S_IXOTH:
+            parent.chmod(info.st_mode | stat.S_IXOTH)

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memoryd.errors import ConfigError
+from memoryd.private_files import private_dir
 from memoryd.process import GLOBALS
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def _quantize(source: Path, target: Path) -> None:
     import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    target.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(target.parent)  # a folder of the data directory, closed like the others
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         folded, quantized = Path(tmp) / "folded.onnx", Path(tmp) / "int8.onnx"
         options = ort.SessionOptions()

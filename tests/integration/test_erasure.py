@@ -292,7 +292,7 @@ def test_the_client_erases_an_agent_on_a_worker(
     assert isinstance(again, Erasure) and set(again.deleted.values()) == {0}
 
 
-FOLLOW_UP_DB = 12  # the follow-up test's own broker database
+FOLLOW_UP_DB = 4  # the follow-up test's own broker database
 
 
 def test_a_worker_out_of_time_leaves_the_rest_to_follow_up_tasks(

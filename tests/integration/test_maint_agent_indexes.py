@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.config import override_settings
+from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.errors import ValidationError
 from memoryd.memory import recall as rc
 from memoryd.memory.embeddings import to_pgvector
@@ -169,12 +170,14 @@ def test_agent_ids_are_quoted_in_the_index_predicate(indexing_store: MemoryStore
     assert len(indexing_store.recall(agent, "note number 3", limit=3)) == 3
 
 
-def test_an_invalid_index_is_rebuilt(indexing_store: MemoryStore) -> None:
+def test_an_invalid_index_is_rebuilt(indexing_store: MemoryStore,
+                                     pg_server: EmbeddedPostgres) -> None:
     bulk_insert(indexing_store, BIG, 25)
     run(indexing_store, "index_agents")
-    with indexing_store.session() as session:  # as an interrupted concurrent build leaves it
-        session.execute(text("UPDATE pg_index SET indisvalid = false "
-                             "WHERE indexrelid = CAST(:n AS regclass)"), {"n": index_name(BIG)})
+    # As an interrupted concurrent build leaves it (the catalog is the superuser's to edit).
+    with pg_server.connect_owner() as conn:
+        conn.execute("UPDATE pg_index SET indisvalid = false "
+                     "WHERE indexrelid = CAST(%s AS regclass)", (index_name(BIG),))
     record = run(indexing_store, "index_agents")
     assert (record.stats["dropped"], record.stats["built"]) == (1, 1)
     with indexing_store.engine.connect() as conn:

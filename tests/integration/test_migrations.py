@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
 
 from memoryd.db import migrate as migrations
 from memoryd.db.engine import make_engine
@@ -26,26 +26,22 @@ TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "dead_letters", "restored_evictions"}
 
 
-def _admin_dsn(server: EmbeddedPostgres) -> str:
-    return f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
-
-
 @pytest.fixture
 def fresh_db(pg_server: EmbeddedPostgres) -> Iterator[Any]:
-    """A factory of empty databases on the test server, all dropped afterwards."""
+    """A factory of empty databases on the test server (made as memoryd's are: migrated
+    by the app role), all dropped afterwards."""
     created: list[tuple[str, Engine]] = []
 
     def make() -> tuple[str, Engine]:
         name = f"mig_{uuid.uuid4().hex}"
-        with psycopg.connect(_admin_dsn(pg_server), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+        pg_server.create_database(name)
         url = pg_server.url(name)
         engine = make_engine(url, pool_size=1)
         created.append((name, engine))
         return url, engine
 
     yield make
-    with psycopg.connect(_admin_dsn(pg_server), autocommit=True) as conn:
+    with pg_server.connect_owner("postgres") as conn:
         for name, engine in created:
             engine.dispose()
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -417,14 +413,17 @@ def test_downgrade_to_0005_restores_the_agent_tsvector_index(fresh_db: Any) -> N
     assert "ix_memories_agent_lexemes" in _indexes(engine)
 
 
-def test_lexeme_index_keeps_no_pending_list(fresh_db: Any) -> None:
+def test_lexeme_index_keeps_no_pending_list(
+        fresh_db: Any, pg_server: EmbeddedPostgres) -> None:
     # Every search would read the whole pending list: inserts go into the index itself.
-    _, engine = fresh_db()
+    url, engine = fresh_db()
     migrations.upgrade(engine)
     _insert(engine, [f"Pending list check number {i}" for i in range(50)])
+    # pgstattuple is the superuser's to install and to read.
+    owner = make_engine(pg_server.owner_url(make_url(url).database or ""), pool_size=1)
 
     def state() -> tuple[Any, int]:
-        with engine.begin() as conn:
+        with owner.begin() as conn:
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS pgstattuple"))
             options = conn.execute(text(
                 "SELECT reloptions FROM pg_class WHERE relname = 'ix_memories_agent_lexemes'"
@@ -440,3 +439,4 @@ def test_lexeme_index_keeps_no_pending_list(fresh_db: Any) -> None:
     assert state()[0] is None and state()[1] > 0  # the default: a pending list
     migrations.upgrade(engine)
     assert state() == (["fastupdate=off"], 0)  # and the upgrade merged it
+    owner.dispose()

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.memory.store import MemoryStore
 from tests.support.cli import as_json, memoryd
 
@@ -159,7 +160,8 @@ def test_a_broken_file_is_refused_and_imports_nothing(
 
 
 def test_a_backup_restored_into_an_empty_database_holds_the_same_store(
-        store: MemoryStore, service_env: dict[str, str], tmp_path: Path, pg_url: str) -> None:
+        store: MemoryStore, service_env: dict[str, str], tmp_path: Path, pg_url: str,
+        pg_server: EmbeddedPostgres) -> None:
     agent = f"backup-{uuid.uuid4()}"
     _seed(store, agent)
     before = _memories(store, agent)
@@ -167,10 +169,7 @@ def test_a_backup_restored_into_an_empty_database_holds_the_same_store(
     assert "backed up" in memoryd(service_env, "backup", str(archive)).stdout
 
     name = f"restored_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(make_url(pg_url).set(database="postgres"),
-                          isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    pg_server.create_database(name)  # as the operator makes one: the app role's to fill
     restored_url = make_url(pg_url).set(database=name).render_as_string(hide_password=False)
     env = {**service_env, "MEMORYD_DATABASE_URL": restored_url}
     refused = memoryd(env, "restore-backup", str(archive), check=False)
@@ -186,6 +185,5 @@ def test_a_backup_restored_into_an_empty_database_holds_the_same_store(
         assert _memories(restored, agent) == before
     finally:
         restored.close()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
+        with pg_server.connect_owner("postgres") as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

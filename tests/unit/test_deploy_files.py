@@ -12,6 +12,7 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -41,7 +42,7 @@ PROCFILE_PROCESSES = {"memory", "maintenance", "beat", "gateway", "flower"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|BASIC_AUTH|PASSWD", re.IGNORECASE)
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}
 INTERPOLATION = re.compile(r"\$\{(?P<name>\w+)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}")
-URL_PASSWORD = re.compile(r"://[^/:@\s]+:(?P<password>[^@\s]+)@")
+URL_PASSWORD = re.compile(r"://[^/:@\s]*:(?P<password>[^@\s]+)@")
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -182,6 +183,35 @@ def secret_problems(name: str, value: str | None) -> list[str]:
     return problems
 
 
+def _required(value: str) -> str | None:
+    """The variable ``value`` is, when it is exactly one required from the environment
+    (``${NAME:?message}``); None otherwise."""
+    match = INTERPOLATION.fullmatch(value)
+    return match.group("name") if match and match.group("op") in (":?", "?") else None
+
+
+def credential_problems(where: str, url: str | None, *, user: bool = False,
+                        placeholders: bool = False) -> list[str]:
+    """Why a client would reach a service at ``url`` without credentials the operator
+    set ([] if it would not): the password (and with ``user``, the user name) must be
+    required from the environment, or with ``placeholders`` a DEV_MARKER value."""
+    if not url:
+        return [f"{where}: no URL"]
+    # Interpolations may hold any character: stand-ins first, then parse.
+    found = [m.group(0) for m in INTERPOLATION.finditer(url)]
+    bare = INTERPOLATION.sub(lambda m: f"var{found.index(m.group(0))}", url)
+    parts = urlsplit(bare)
+    checked = {"password": parts.password, **({"user": parts.username} if user else {})}
+    problems = []
+    for what, raw in checked.items():
+        value = re.sub(r"var(\d+)", lambda m: found[int(m.group(1))], raw or "")
+        if not value:
+            problems.append(f"{where}: no {what} in {url!r}")
+        elif not _required(value) and not (placeholders and DEV_MARKER in value):
+            problems.append(f"{where}: {what} {value!r} is not required from the environment")
+    return problems
+
+
 # --- the helpers themselves can fail -------------------------------------------------------
 
 
@@ -193,6 +223,7 @@ def secret_problems(name: str, value: str | None) -> list[str]:
         ("FLOWER_BASIC_AUTH", "admin:admin"),
         ("MEMORYD_DATABASE_URL", "postgresql://memoryd:hunter2@postgres:5432/memoryd"),
         ("MEMORYD_ANTHROPIC_API_KEY", "sk-ant-api03-abc"),
+        ("MEMORYD_BROKER_URL", "redis://:hunter2@redis:6379/0"),
     ],
 )
 def test_secret_check_flags_literal_secrets(name: str, value: str) -> None:
@@ -212,6 +243,36 @@ def test_secret_check_flags_literal_secrets(name: str, value: str) -> None:
 )
 def test_secret_check_accepts_placeholders(name: str, value: str | None) -> None:
     assert secret_problems(name, value) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "user"),
+    [
+        ("redis://redis:6379/0", False),
+        ("redis://:@redis:6379/0", False),
+        ("redis://:hunter2@redis:6379/0", False),
+        ("redis://:${REDIS_PASSWORD:-}@redis:6379/0", False),
+        ("amqp://guest:guest@rabbitmq:5672//", True),
+        ("amqp://memoryd:${RABBITMQ_PASSWORD:?set it}@rabbitmq:5672//", True),
+        ("amqp://${RABBITMQ_USER:?set it}@rabbitmq:5672//", True),
+    ],
+)
+def test_credential_check_flags_urls_without_required_credentials(url: str, user: bool) -> None:
+    assert credential_problems("url", url, user=user)
+
+
+@pytest.mark.parametrize(
+    ("url", "user", "placeholders"),
+    [
+        ("redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0", False, False),
+        ("amqp://${RABBITMQ_USER:?set it}:${RABBITMQ_PASSWORD:?set it}@rabbitmq:5672//",
+         True, False),
+        ("redis://:change-me-dev-only@127.0.0.1:6379/0", False, True),
+    ],
+)
+def test_credential_check_accepts_required_credentials(
+        url: str, user: bool, placeholders: bool) -> None:
+    assert credential_problems("url", url, user=user, placeholders=placeholders) == []
 
 
 def test_procfile_parser_rejects_garbage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,6 +311,7 @@ def test_redis_is_durable_with_healthcheck() -> None:
     assert redis["image"].startswith("redis:7"), redis["image"]
     check = _healthcheck_argv(redis)
     assert "redis-cli" in check and "ping" in check, check
+    assert "PONG" in check, "a NOAUTH answer must not count as healthy"
     argv = _argv(redis.get("command"))
     assert _option(argv, "--appendonly") == "yes", f"redis needs --appendonly yes: {argv}"
     assert redis.get("volumes"), "redis has no volume for its append-only file"
@@ -277,8 +339,8 @@ def test_long_running_services_wait_for_dependencies(name: str) -> None:
     env = _environment(service)
     assert env.get("MEMORYD_DATABASE_URL", "").startswith("postgresql://")
     assert "@postgres:" in env["MEMORYD_DATABASE_URL"]
-    assert env.get("MEMORYD_BROKER_URL") == "redis://redis:6379/0"
-    assert env.get("MEMORYD_RESULT_BACKEND") == "redis://redis:6379/1"
+    assert "@redis:6379/0" in env["MEMORYD_BROKER_URL"]
+    assert "@redis:6379/1" in env["MEMORYD_RESULT_BACKEND"]
 
 
 def test_memoryd_services_share_one_environment() -> None:
@@ -375,6 +437,25 @@ def test_compose_has_no_literal_secrets() -> None:
     assert "sk-ant-" not in text
     # The secrets really are wired to the environment, not dropped.
     assert "${POSTGRES_PASSWORD" in _environment(_services()["postgres"])["POSTGRES_PASSWORD"]
+
+
+def test_no_service_runs_or_is_reached_without_credentials() -> None:
+    """PostgreSQL and Redis require passwords the operator sets, and every memoryd
+    service's URLs carry them."""
+    services = _services()
+    problems = []
+    for name in ("migrate", *LONG_RUNNING, "flower"):
+        env = _environment(services[name])
+        for key in ("MEMORYD_DATABASE_URL", "MEMORYD_BROKER_URL", "MEMORYD_RESULT_BACKEND"):
+            problems += credential_problems(f"{name}.{key}", env.get(key))
+    assert not problems, problems
+    assert _required(_environment(services["postgres"])["POSTGRES_PASSWORD"] or "")
+    redis = services["redis"]
+    requirepass = _option(_argv(redis["command"]), "--requirepass")
+    assert requirepass and _required(requirepass) == "REDIS_PASSWORD", redis["command"]
+    assert _required(_environment(redis).get("REDISCLI_AUTH") or "") == "REDIS_PASSWORD"
+    broker = _environment(services["worker-memory"])["MEMORYD_BROKER_URL"] or ""
+    assert requirepass in broker, "the broker URL carries the password Redis requires"
 
 
 def test_services_do_not_run_as_root_explicitly() -> None:
@@ -478,6 +559,7 @@ def test_env_example_lists_variables_with_placeholders() -> None:
     text = ENV_EXAMPLE.read_text()
     for required in (
         "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
         "FLOWER_BASIC_AUTH",
         "MEMORYD_DATABASE_URL",
         "MEMORYD_BROKER_URL",
@@ -489,8 +571,12 @@ def test_env_example_lists_variables_with_placeholders() -> None:
     assert ":" in values["FLOWER_BASIC_AUTH"], "FLOWER_BASIC_AUTH is user:password"
     problems = [p for key, value in values.items() for p in secret_problems(key, value)]
     assert not problems, problems
-    for key in ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH"):
+    for key in ("POSTGRES_PASSWORD", "REDIS_PASSWORD", "FLOWER_BASIC_AUTH"):
         assert DEV_MARKER in values[key], f"{key} placeholder must say {DEV_MARKER}"
+    problems = [p for key in ("MEMORYD_DATABASE_URL", "MEMORYD_BROKER_URL",
+                              "MEMORYD_RESULT_BACKEND")
+                for p in credential_problems(key, values[key], placeholders=True)]
+    assert not problems, problems
     # Every variable compose interpolates is documented.
     interpolated = {m.group("name") for m in INTERPOLATION.finditer(COMPOSE_FILE.read_text())}
     undocumented = {name for name in interpolated if name not in text}
@@ -542,7 +628,8 @@ def test_the_rabbitmq_override_points_every_broker_user_at_rabbitmq() -> None:
     for name in BROKER_USERS:
         assert name in base, f"{name} overridden but not in docker-compose.yml"
         url = services[name]["environment"]["MEMORYD_BROKER_URL"]
-        assert url.startswith("amqp://memoryd:${RABBITMQ_PASSWORD:?"), url
+        assert url.startswith("amqp://${RABBITMQ_USER:?"), url
+        assert credential_problems(name, url, user=True) == []
         assert url.endswith("@rabbitmq:5672//"), url
         assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
     # The result backend stays on Redis: the override does not touch it.
@@ -550,9 +637,12 @@ def test_the_rabbitmq_override_points_every_broker_user_at_rabbitmq() -> None:
                for n in BROKER_USERS)
 
 
-def test_rabbitmq_needs_a_password_keeps_its_data_and_listens_on_loopback_only() -> None:
+def test_rabbitmq_needs_a_user_and_password_keeps_its_data_and_listens_on_loopback_only(
+        ) -> None:
     rabbit = _override()["services"]["rabbitmq"]
-    assert rabbit["environment"]["RABBITMQ_DEFAULT_PASS"].startswith("${RABBITMQ_PASSWORD:?")
+    # An operator's user replaces "guest": both are required from the environment.
+    assert _required(rabbit["environment"]["RABBITMQ_DEFAULT_USER"]) == "RABBITMQ_USER"
+    assert _required(rabbit["environment"]["RABBITMQ_DEFAULT_PASS"]) == "RABBITMQ_PASSWORD"
     assert any(v.endswith(":/var/lib/rabbitmq") for v in rabbit["volumes"])
     assert "rabbitmq-diagnostics" in _healthcheck_argv(rabbit)
     assert all(str(port).startswith("127.0.0.1:") for port in rabbit["ports"])

@@ -52,13 +52,15 @@ def test_secrets_and_content_are_redacted(json_logs: io.StringIO) -> None:
     secret = "sk-ant-very-secret-value"
     structlog.get_logger("memoryd.test").info(
         "call", api_key=secret, content="the user's private diary " * 20,
-        url="postgresql://memoryd:hunter2@db:5432/memoryd")
+        url="postgresql://memoryd:hunter2@db:5432/memoryd",
+        broker="redis://:hunter3@127.0.0.1:6379/0")
     (line,) = _lines(json_logs)
     text = json.dumps(line)
     assert secret not in text and "hunter2" not in text and "private diary" not in text
     assert line["api_key"] == "***"
     assert line["content"] == "<500 chars>"
     assert line["url"] == "postgresql://memoryd:***@db:5432/memoryd"
+    assert line["broker"] == "redis://:***@127.0.0.1:6379/0"  # a password without a user
 
 
 def test_long_foreign_messages_are_cut(json_logs: io.StringIO) -> None:

@@ -16,7 +16,7 @@ import pytest
 from memoryd.cli import flower_login, stack_dir
 from memoryd.config import Settings
 from memoryd.errors import DataDirInUse
-from memoryd.files import write_private
+from memoryd.private_files import write_private
 
 
 def _mode(path: Path) -> int:
