@@ -18,9 +18,10 @@ from memoryd.errors import MemorydError, ValidationError, WorkerError
 TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 TRANSIENT_STATES = frozenset({"55P03"})
 
-# What each class of permanent error means to the caller.
+# What a permanent error means to the caller, by SQLSTATE or by its class.
 _REASONS = {"22": "is a value the database cannot store (out of range or malformed)",
-            "23": "conflicts with what is stored",
+            "23505": "conflicts with what is stored",
+            "23": "breaks one of the database's constraints",
             "54": "is too large for the database's index"}
 # The field an index or constraint guards, where the database names one.
 _GUARDS = {"uq_memories_agent_key": "key", "uq_memories_agent_hash": "content",
@@ -51,7 +52,7 @@ def refusal(exc: BaseException) -> MemorydError:
     naming the field where the index or column tells it, otherwise a ``WorkerError``;
     never the database's text (it can quote the values)."""
     state = sqlstate(exc) or ""
-    reason = _REASONS.get(state[:2])
+    reason = _REASONS.get(state) or _REASONS.get(state[:2])
     if reason is None:
         return WorkerError(f"database error (SQLSTATE {state or 'unknown'})")
     return ValidationError(_field(exc), reason)
