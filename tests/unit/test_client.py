@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -24,13 +26,18 @@ from memoryd.validation import MAX_KG_DEPTH
 
 HEAVY = ("sqlalchemy", "psycopg", "memoryd.memory", "memoryd.worker", "memoryd.tasks",
          "numpy", "onnxruntime", "alembic")
+# The agent frameworks the adapters plug into: each comes with its own extra only.
+FRAMEWORKS = ("langgraph", "agents", "google.adk", "autogen_core", "autogen_agentchat")
+ADAPTER_EXTRAS = ("openai-agents", "adk", "autogen")
+PYPROJECT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
 UUID = "6f0f5c8e-58a5-4b8a-9c55-6a1f0f2f7c11"
 
 
-def test_importing_the_client_pulls_in_no_server_code() -> None:
+def test_importing_the_client_pulls_in_no_server_code_and_no_framework() -> None:
     script = (
         "import json, sys\n"
         "import memoryd.client\n"
+        "import memoryd.integrations\n"
         "from memoryd.client import MemoryClient\n"
         "from memoryd.errors import ValidationError\n"
         "c = MemoryClient(broker_url='redis://127.0.0.1:1/0')\n"
@@ -45,8 +52,26 @@ def test_importing_the_client_pulls_in_no_server_code() -> None:
     modules = json.loads(done.stdout)
     assert "memoryd.client" in modules and "celery" in modules
     loaded = [m for m in modules
-              if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+              if any(m == h or m.startswith(h + ".") for h in (*HEAVY, *FRAMEWORKS))]
     assert loaded == []
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_the_base_install_depends_on_no_server_package_and_no_framework() -> None:
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    base = _names(PYPROJECT["project"]["dependencies"])
+    heavier = _names(extras["server"])
+    for extra in ADAPTER_EXTRAS:
+        heavier |= _names(extras[extra])
+    assert "sqlalchemy" in heavier and "google-adk" in heavier
+    assert base and base.isdisjoint(heavier)
+    # ./dev test installs the dev extra: the adapters' tests need their frameworks.
+    in_dev = {name for r in extras["dev"] if r.startswith("memoryd[")
+              for name in r[len("memoryd["):-1].split(",")}
+    assert {"server", *ADAPTER_EXTRAS} <= in_dev
 
 
 @pytest.fixture
