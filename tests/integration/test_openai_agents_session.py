@@ -10,8 +10,9 @@ import random
 from typing import Any
 
 import pytest
-from agents import SQLiteSession
+from agents import Agent, Model, ModelResponse, RunConfig, Runner, SQLiteSession, Usage
 from agents.memory.session import Session
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from memoryd.client import MemoryClient
 from memoryd.errors import ContentTooLarge, ValidationError
@@ -133,3 +134,43 @@ def test_compaction_folds_old_items_into_a_system_message_and_clear_removes_them
     asyncio.run(session.clear_session())
     assert asyncio.run(session.get_items()) == []
     assert client.list(agent_id).total == 0
+
+
+class _EchoModel(Model):
+    """The SDK's model seam answered locally: it records the input each turn gets and
+    repeats the last user message (no LLM is called)."""
+
+    def __init__(self) -> None:
+        self.inputs: list[Any] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                           **kwargs: Any) -> ModelResponse:
+        self.inputs.append(json.loads(json.dumps(input)))
+        said = [i["content"] for i in input if isinstance(i, dict) and i.get("role") == "user"]
+        reply = ResponseOutputMessage(
+            id=f"msg_{len(self.inputs)}", type="message", role="assistant", status="completed",
+            content=[ResponseOutputText(type="output_text", text=f"You said: {said[-1]}",
+                                        annotations=[])])
+        return ModelResponse(output=[reply], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def test_the_sdks_runner_keeps_its_conversation_in_the_session(
+        worker: object, client: MemoryClient, agent_id: str) -> None:
+    model = _EchoModel()
+    agent = Agent(name="echo", instructions="Repeat.", model=model)
+    session = MemorydSession("runner", client=client, agent_id=agent_id)
+    config = RunConfig(tracing_disabled=True)
+
+    async def run() -> None:
+        await Runner.run(agent, "My name is Ana.", session=session, run_config=config)
+        second = await Runner.run(agent, "What is my name?", session=session,
+                                  run_config=config)
+        assert second.final_output == "You said: What is my name?"
+        items = await session.get_items()
+        assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+        assert model.inputs[1][:2] == json.loads(json.dumps(items[:2]))
+
+    asyncio.run(run())
