@@ -24,7 +24,6 @@ MAX_TAG = 128
 MAX_QUERY_CHARS = 8192
 MAX_KG_DEPTH = 6
 MAX_RELATIONS = 1000
-MAX_SESSION_MESSAGES = 100_000
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 
@@ -90,11 +89,6 @@ def limit(value: object, field: str = "limit", high: int = 1000) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
         raise ValidationError(field, f"must be an integer from 1 to {high}, got {value!r}")
     return value
-
-
-def message_limit(value: object) -> int | None:
-    """How many of a session's newest messages to read; None reads them all."""
-    return None if value is None else limit(value, high=MAX_SESSION_MESSAGES)
 
 
 def offset(value: object) -> int:
@@ -362,3 +356,10 @@ def request(model: type[RequestT], payload: object, field: str = "body") -> Requ
         raise ValidationError(".".join(str(p) for p in first["loc"]) or field,
                               first["msg"]) from None
 
+
+MAX_SESSION_MESSAGES = 100_000
+
+
+def message_limit(value: object) -> int | None:
+    """How many of a session's newest messages to read; None reads them all."""
+    return None if value is None else limit(value, high=MAX_SESSION_MESSAGES)

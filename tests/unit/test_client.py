@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import socket
 import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +26,6 @@ HEAVY = ("sqlalchemy", "psycopg", "memoryd.memory", "memoryd.worker", "memoryd.t
          "numpy", "onnxruntime", "alembic")
 # The agent frameworks the adapters plug into: each comes with its own extra only.
 FRAMEWORKS = ("langgraph", "agents", "google.adk", "autogen_core", "autogen_agentchat")
-ADAPTER_EXTRAS = ("openai-agents", "adk", "autogen")
-PYPROJECT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
 UUID = "6f0f5c8e-58a5-4b8a-9c55-6a1f0f2f7c11"
 
 
@@ -55,23 +51,6 @@ def test_importing_the_client_pulls_in_no_server_code_and_no_framework() -> None
               if any(m == h or m.startswith(h + ".") for h in (*HEAVY, *FRAMEWORKS))]
     assert loaded == []
 
-
-def _names(requirements: list[str]) -> set[str]:
-    return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
-
-
-def test_the_base_install_depends_on_no_server_package_and_no_framework() -> None:
-    extras = PYPROJECT["project"]["optional-dependencies"]
-    base = _names(PYPROJECT["project"]["dependencies"])
-    heavier = _names(extras["server"])
-    for extra in ADAPTER_EXTRAS:
-        heavier |= _names(extras[extra])
-    assert "sqlalchemy" in heavier and "google-adk" in heavier
-    assert base and base.isdisjoint(heavier)
-    # ./dev test installs the dev extra: the adapters' tests need their frameworks.
-    in_dev = {name for r in extras["dev"] if r.startswith("memoryd[")
-              for name in r[len("memoryd["):-1].split(",")}
-    assert {"server", *ADAPTER_EXTRAS} <= in_dev
 
 
 @pytest.fixture
