@@ -246,6 +246,15 @@ class MemoryClient:
         return self._call("memoryd.sessions", {"agent_id": check.agent_id(agent_id)},
                           _list_of(SessionInfo), timeout)
 
+    def session_messages(self, agent_id: str, session_id: str, *, limit: int | None = None,
+                         timeout: float | None = None) -> builtins.list[Memory]:
+        """A session's messages in order, oldest first: the newest ``limit`` (all when
+        None)."""
+        kwargs = {"agent_id": check.agent_id(agent_id),
+                  "session_id": check.required_text("session_id", session_id),
+                  "limit": check.message_limit(limit)}
+        return self._call("memoryd.session_messages", kwargs, _list_of(Memory), timeout)
+
     def run_job(self, job: str, *, agent_id: str | None = None, dry_run: bool = False,
                 params: Mapping[str, Any] | None = None, wait: bool = True,
                 timeout: float | None = None) -> dict[str, Any] | Pending[dict[str, Any]]:

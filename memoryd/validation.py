@@ -471,3 +471,10 @@ def request(model: type[RequestT], payload: object, field: str = "body") -> Requ
         raise ValidationError(".".join(str(p) for p in first["loc"]) or field,
                               first["msg"]) from None
 
+
+MAX_SESSION_MESSAGES = 100_000
+
+
+def message_limit(value: object) -> int | None:
+    """How many of a session's newest messages to read; None reads them all."""
+    return None if value is None else limit(value, high=MAX_SESSION_MESSAGES)

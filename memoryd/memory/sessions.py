@@ -1,4 +1,4 @@
-"""Session message lists: appending references and listing sessions."""
+"""Session message lists: appending references, reading them back, listing sessions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.types import SessionInfo
+from memoryd.memory.rows import select_list, to_memory
+from memoryd.types import Memory, SessionInfo
+
+# A session row written by hand can hold anything: these keep SQL over it from failing.
+MESSAGES_SQL = ("(CASE WHEN jsonb_typeof(s.messages) = 'array' THEN s.messages "
+                "ELSE CAST('[]' AS jsonb) END)")
+REF_UUID_SQL = ("(CASE WHEN e.msg->>'id' ~* "
+                "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' "
+                "THEN CAST(e.msg->>'id' AS uuid) END)")
 
 _APPEND = text("""
 INSERT INTO sessions (agent_id, session_id, messages, message_count)
@@ -45,6 +53,28 @@ def remove_reference(session: Session, agent_id: str, session_id: str, memory_id
                 AND e->>'id' IS DISTINCT FROM :memory_id) AS kept
         WHERE s.agent_id = :agent_id AND s.session_id = :session_id
     """), {"agent_id": agent_id, "session_id": session_id, "memory_id": memory_id})
+
+
+# Newest first, so LIMIT keeps the latest; references to vanished memories are skipped
+# before the limit counts. A NULL limit is no limit.
+_MESSAGES = text(f"""
+SELECT {select_list()}
+FROM sessions s
+CROSS JOIN LATERAL jsonb_array_elements({MESSAGES_SQL}) WITH ORDINALITY AS e(msg, n)
+JOIN memories m ON m.agent_id = s.agent_id AND m.id = {REF_UUID_SQL}
+WHERE s.agent_id = :agent_id AND s.session_id = :session_id
+ORDER BY e.n DESC
+LIMIT :limit
+""")
+
+
+def messages(session: Session, agent_id: str, session_id: str,
+             limit: int | None = None) -> list[Memory]:
+    """The memories of a session's messages in the list's order: the newest ``limit``
+    of them (all when None), oldest first."""
+    rows = session.execute(_MESSAGES, {"agent_id": agent_id, "session_id": session_id,
+                                       "limit": limit}).mappings().all()
+    return [to_memory(row) for row in reversed(rows)]
 
 
 def list_sessions(session: Session, agent_id: str) -> list[SessionInfo]:

@@ -341,6 +341,16 @@ class MemoryStore:
         with self.session() as session:
             return sessions.list_sessions(session, agent)
 
+    def session_messages(self, agent_id: str, session_id: str, *,
+                         limit: int | None = None) -> builtins.list[Memory]:
+        """A session's messages in order, oldest first: the newest ``limit`` (all when
+        None). Empty for a session that does not exist."""
+        agent = check.agent_id(agent_id)
+        sid = check.required_text("session_id", session_id)
+        count = check.message_limit(limit)
+        with self.session() as session:
+            return sessions.messages(session, agent, sid, count)
+
 
 def _filters(since: object, until: object, metadata: object, **chosen: Any) -> recall.Filters:
     """Recall's and list's filters, the time range and metadata checked by name."""

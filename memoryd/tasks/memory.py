@@ -162,3 +162,8 @@ def kg_query(agent_id: str, start_id: str, depth: int = 2) -> Any:
 @app.task(name="memoryd.sessions", base=MemorydTask)
 def sessions(agent_id: str) -> Any:
     return dump(get_store().sessions(agent_id))
+
+
+@app.task(name="memoryd.session_messages", base=MemorydTask)
+def session_messages(agent_id: str, session_id: str, limit: int | None = None) -> Any:
+    return dump(get_store().session_messages(agent_id, session_id, limit=limit))

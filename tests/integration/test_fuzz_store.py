@@ -56,6 +56,8 @@ def _calls(memory_id: str) -> dict[str, tuple[Callable[..., Any], dict[str, Any]
         "kg_query": (MemoryStore.kg_query, {"agent_id": AGENT, "start_id": "Alice",
                                             "depth": 2}),
         "sessions": (MemoryStore.sessions, {"agent_id": AGENT}),
+        "session_messages": (MemoryStore.session_messages, {"agent_id": AGENT,
+                                                            "session_id": "s", "limit": 5}),
     }
 
 

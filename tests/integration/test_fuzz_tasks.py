@@ -43,6 +43,7 @@ def _valid() -> dict[str, dict[str, Any]]:
         "memoryd.kg.add": {"agent_id": AGENT, "entity": {"id": "Alice"}},
         "memoryd.kg.query": {"agent_id": AGENT, "start_id": "Alice", "depth": 1},
         "memoryd.sessions": {"agent_id": AGENT},
+        "memoryd.session_messages": {"agent_id": AGENT, "session_id": "s", "limit": 5},
         "memoryd.admin.job_runs": {"job": "expire", "limit": 5},
         "memoryd.admin.stats": {"limit": 5},
         "memoryd.admin.embeddings": {},

@@ -65,6 +65,7 @@ AGENT_CALLS: dict[str, Callable[[MemoryStore, Any], Any]] = {
     "kg_add": lambda s, a: s.kg_add(a, {"id": "x"}),
     "kg_query": lambda s, a: s.kg_query(a, "e"),
     "sessions": lambda s, a: s.sessions(a),
+    "session_messages": lambda s, a: s.session_messages(a, "s"),
 }
 
 

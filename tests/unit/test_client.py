@@ -25,13 +25,16 @@ from memoryd.validation import MAX_KG_DEPTH
 
 HEAVY = ("sqlalchemy", "psycopg", "memoryd.memory", "memoryd.worker", "memoryd.tasks",
          "numpy", "onnxruntime", "alembic")
+# The agent frameworks the adapters plug into: each comes with its own extra only.
+FRAMEWORKS = ("langgraph", "agents", "google.adk", "autogen_core", "autogen_agentchat")
 UUID = "6f0f5c8e-58a5-4b8a-9c55-6a1f0f2f7c11"
 
 
-def test_importing_the_client_pulls_in_no_server_code() -> None:
+def test_importing_the_client_pulls_in_no_server_code_and_no_framework() -> None:
     script = (
         "import json, sys\n"
         "import memoryd.client\n"
+        "import memoryd.integrations\n"
         "from memoryd.client import MemoryClient\n"
         "from memoryd.errors import ValidationError\n"
         "c = MemoryClient(broker_url='redis://127.0.0.1:1/0')\n"
@@ -46,8 +49,9 @@ def test_importing_the_client_pulls_in_no_server_code() -> None:
     modules = json.loads(done.stdout)
     assert "memoryd.client" in modules and "celery" in modules
     loaded = [m for m in modules
-              if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+              if any(m == h or m.startswith(h + ".") for h in (*HEAVY, *FRAMEWORKS))]
     assert loaded == []
+
 
 
 @pytest.fixture

@@ -23,15 +23,10 @@ from sqlalchemy.orm import Session
 from memoryd import validation as check
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.context import JobContext
+from memoryd.memory.sessions import MESSAGES_SQL, REF_UUID_SQL
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
-# A session row written by hand can hold anything: these keep SQL over it from failing.
-MESSAGES_SQL = ("(CASE WHEN jsonb_typeof(s.messages) = 'array' THEN s.messages "
-                "ELSE CAST('[]' AS jsonb) END)")
 LENGTH_SQL = f"jsonb_array_length({MESSAGES_SQL})"
-REF_UUID_SQL = ("(CASE WHEN e.msg->>'id' ~* "
-                "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' "
-                "THEN CAST(e.msg->>'id' AS uuid) END)")
 
 
 def message_list(value: object) -> list[Any]:

@@ -1,0 +1,95 @@
+"""The adapters' mappings between framework objects and memoryd's, without services:
+what each framework item becomes, and what comes back."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from autogen_core import Image
+from autogen_core.memory import MemoryContent, MemoryMimeType
+from autogen_core.models import AssistantMessage, SystemMessage, UserMessage
+from google.adk.events.event import Event
+from google.genai import types
+
+from memoryd.errors import ValidationError
+from memoryd.integrations import adk, autogen, openai_agents
+from memoryd.types import Memory
+
+NOW = datetime(2026, 5, 6, tzinfo=UTC)
+
+
+def _memory(content: str, metadata: dict, role: str | None = None) -> Memory:
+    return Memory(id=uuid.uuid4(), agent_id="a", content=content, role=role, category="context",
+                  metadata=metadata, importance=0.5, confidence=1.0, created_at=NOW,
+                  updated_at=NOW)
+
+
+@pytest.mark.parametrize(("item", "role"), [
+    ({"role": "user", "content": "hi"}, "user"),
+    ({"type": "message", "role": "developer", "content": "Be brief."}, "system"),
+    ({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}, None),
+    ({"type": "function_call_output", "call_id": "c", "output": "1"}, None)])
+def test_only_messages_get_a_role_so_session_repair_never_merges_tool_calls(
+        item: dict, role: str | None) -> None:
+    assert openai_agents.store_row(0, item, "s", 10_000)["role"] == role
+
+
+def test_an_item_comes_back_exactly_unless_maintenance_rewrote_its_text() -> None:
+    item = {"z": 1, "role": "user", "content": [{"type": "input_text", "text": "Hola"}]}
+    row = openai_agents.store_row(0, item, "s", 10_000)
+    assert row["content"].startswith("Hola\n[")
+    kept = openai_agents.as_item(_memory(row["content"], row["metadata"], "user"))
+    assert json.dumps(kept) == json.dumps(item)
+    merged = openai_agents.as_item(_memory("Hola\nadiós", row["metadata"], "user"))
+    assert merged == {"role": "user", "content": "Hola\nadiós"}
+
+
+@pytest.mark.parametrize("item", ["text", ["a"], {"role": "user", "content": {1, 2}}])
+def test_an_item_that_is_not_a_json_object_is_refused_by_its_index(item: object) -> None:
+    with pytest.raises(ValidationError) as refused:
+        openai_agents.store_row(3, item, "s", 10_000)
+    assert refused.value.field == "items[3]"
+
+
+def test_an_event_without_text_stays_out_and_thoughts_are_left_out() -> None:
+    thinking = Event(author="bot", content=types.Content(role="model", parts=[
+        types.Part(text="(thinking it over)", thought=True), types.Part(text="Sure.")]))
+    row = adk.event_row(thinking, "s1", {})
+    assert row is not None and row["content"] == "Sure." and row["role"] == "assistant"
+    assert row["key"] == f"adk-event:{thinking.id}"
+    call = Event(author="bot", content=types.Content(role="model", parts=[
+        types.Part(function_call=types.FunctionCall(name="f", args={}))]))
+    assert adk.event_row(call, "s1", {}) is None
+
+
+def test_an_adk_scope_names_its_empty_part() -> None:
+    assert adk.agent_of("shop", "ana") == "shop/ana"
+    with pytest.raises(ValidationError) as refused:
+        adk.agent_of("shop", " ")
+    assert refused.value.field == "user_id"
+
+
+def test_the_last_user_messages_text_is_what_autogen_recalls_for() -> None:
+    messages = [UserMessage(content="old question", source="u"),
+                UserMessage(content=["new", Image.from_base64(_PIXEL), "question"], source="u"),
+                AssistantMessage(content="an answer", source="a"),
+                SystemMessage(content="rules")]
+    assert autogen.last_user_text(messages) == "new\nquestion"
+    assert autogen.last_user_text(messages[2:]) is None
+
+
+def test_autogen_content_is_stored_as_text_or_json_and_anything_else_is_refused() -> None:
+    assert autogen.as_text(MemoryContent(content={"a": 1}, mime_type="application/json")) == (
+        '{"a": 1}', "application/json")
+    markdown = MemoryContent(content="# Notes", mime_type=MemoryMimeType.MARKDOWN)
+    assert autogen.as_text(markdown) == ("# Notes", "text/markdown")
+    with pytest.raises(ValidationError) as refused:
+        autogen.as_text(MemoryContent(content=b"\x00", mime_type=MemoryMimeType.BINARY))
+    assert refused.value.field == "content"
+
+
+_PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5C"
+          "YII=")
