@@ -170,6 +170,14 @@ def test_same_key_same_content_is_a_duplicate(store: MemoryStore) -> None:
     assert again.id == first.id and again.duplicate and not again.stored
 
 
+def test_same_key_same_content_with_new_metadata_updates_the_metadata(
+        store: MemoryStore) -> None:
+    first = store.store(AGENT, "Timezone is Europe/Berlin.", key="tz", metadata={"v": 1})
+    again = store.store(AGENT, "Timezone is Europe/Berlin.", key="tz", metadata={"v": 2})
+    assert again.id == first.id and again.stored and not again.duplicate
+    assert store.get_by_key(AGENT, "tz").metadata == {"v": 2}
+
+
 # --- store_many ---------------------------------------------------------------------------
 
 
