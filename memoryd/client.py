@@ -225,6 +225,16 @@ class MemoryClient:
                   **_filters(since, until, metadata)}
         return self._call("memoryd.list", kwargs, Page.model_validate, timeout)
 
+    def metadata_values(self, agent_id: str, field: str, *,
+                        metadata: Mapping[str, Any] | None = None, limit: int = 100,
+                        offset: int = 0, timeout: float | None = None) -> builtins.list[Any]:
+        """The distinct values of the metadata key ``field`` among the agent's memories
+        (filtered by ``metadata`` like ``list``), in jsonb order."""
+        kwargs = {"agent_id": check.agent_id(agent_id),
+                  "field": check.required_text("field", field), "limit": check.limit(limit),
+                  "offset": check.offset(offset), **_filters(None, None, metadata)}
+        return self._call("memoryd.metadata_values", kwargs, builtins.list, timeout)
+
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any], *,
                timeout: float | None = None) -> bool:
         kwargs = {"agent_id": check.agent_id(agent_id), "entity": _entity_json(entity)}

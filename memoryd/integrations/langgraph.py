@@ -24,9 +24,10 @@ memory of that agent:
 query, memoryd's recall ranks the prefix's indexed items (``SearchItem.score`` is
 recall's score). ``filter`` compares value fields as LangGraph's ``InMemoryStore`` does
 (``$eq $ne $gt $gte $lt $lte``, nested objects, exact lists), applied to the prefix's
-items. ``list_namespaces`` lists namespaces holding at least one item. Ops of a batch
-run in order. TTLs are not supported (``supports_ttl`` is False): memoryd's expiry is
-fixed at write time and cannot be refreshed by reads.
+items. ``list_namespaces`` lists the namespaces holding at least one item (memoryd
+answers their distinct list, not the items). Ops of a batch run in order. TTLs are not
+supported (``supports_ttl`` is False): memoryd's expiry is fixed at write time and
+cannot be refreshed by reads.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from langgraph.store.base import (
     BaseStore,
@@ -57,6 +58,8 @@ from memoryd.errors import ValidationError
 from memoryd.types import Memory
 
 __all__ = ["MemorydStore"]
+
+T = TypeVar("T")
 
 MARK = "langgraph.item"
 PATH = "langgraph.path"
@@ -178,21 +181,33 @@ class MemorydStore(BaseStore):
         prefixes = [c.path for c in conditions if c.match_type == "prefix"]
         # A prefix without wildcards narrows the read to its subtree.
         exact = next((p for p in prefixes if "*" not in p), ())
-        found = {tuple(m.metadata[NAMESPACE]) for m in self._all(_prefix_filter(exact))}
+        found = {tuple(ns) for ns in self._namespaces(_prefix_filter(exact))}
         chosen = [ns for ns in found if all(_matches(c, ns) for c in conditions)]
         if op.max_depth is not None:
             chosen = [ns[:op.max_depth] for ns in chosen]
         return sorted(set(chosen))[op.offset:op.offset + op.limit]
 
+    def _namespaces(self, wanted: Mapping[str, Any]) -> Iterator[list[str]]:
+        """The distinct namespaces of the items passing ``wanted``, as memoryd lists them
+        (without reading the items)."""
+        return _paged(lambda offset: self.client.metadata_values(
+            self.agent_id, NAMESPACE, metadata=wanted, limit=PAGE, offset=offset))
+
     def _all(self, wanted: Mapping[str, Any]) -> Iterator[Memory]:
-        """Every item passing the metadata filter ``wanted``, page by page."""
-        offset = 0
-        while True:
-            page = self.client.list(self.agent_id, limit=PAGE, offset=offset, metadata=wanted)
-            yield from page.items
-            offset += len(page.items)
-            if len(page.items) < PAGE:
-                return
+        """Every item passing the metadata filter ``wanted``."""
+        return _paged(lambda offset: self.client.list(
+            self.agent_id, limit=PAGE, offset=offset, metadata=wanted).items)
+
+
+def _paged(fetch: Callable[[int], Sequence[T]]) -> Iterator[T]:
+    """What ``fetch(offset)`` answers, page after page until a short one."""
+    offset = 0
+    while True:
+        page = fetch(offset)
+        yield from page
+        offset += len(page)
+        if len(page) < PAGE:
+            return
 
 
 def memory_key(namespace: Sequence[str], key: str) -> str:

@@ -252,6 +252,24 @@ class MemoryStore:
                 "ORDER BY m.created_at DESC, m.id LIMIT :n OFFSET :o"), params).mappings()
             return Page(total=total, items=[to_memory(r) for r in rows])
 
+    def metadata_values(self, agent_id: str, field: str, *,
+                        metadata: Mapping[str, Any] | None = None, limit: int = 100,
+                        offset: int = 0) -> builtins.list[Any]:
+        """The distinct values of the metadata key ``field`` among the agent's memories
+        (those whose metadata also passes ``metadata``), in jsonb order: what a caller
+        that files memories under a metadata key lists without reading the memories."""
+        agent, name = check.agent_id(agent_id), check.required_text("field", field)
+        check.limit(limit)
+        check.offset(offset)
+        filters = _filters(None, None, metadata)
+        where = " AND ".join(["m.agent_id = :a", "jsonb_exists(m.metadata, :field)",
+                              *filters.chosen()])
+        params = {"a": agent, "field": name, "n": limit, "o": offset, **filters.params()}
+        with self.session() as session:
+            return builtins.list(session.execute(text(
+                f"SELECT DISTINCT m.metadata -> :field AS v FROM memories m WHERE {where} "
+                "ORDER BY v LIMIT :n OFFSET :o"), params).scalars())
+
     def related(self, agent_id: str, memory_id: uuid.UUID | str,
                 limit: int = 10) -> builtins.list[Related]:
         """Explicitly linked memories first, then the nearest neighbours by meaning."""

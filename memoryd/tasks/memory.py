@@ -148,6 +148,13 @@ def list_memories(agent_id: str, category: str | None = None, limit: int = 50,
                                  since=since, until=until, metadata=metadata))
 
 
+@app.task(name="memoryd.metadata_values", base=MemorydTask)
+def metadata_values(agent_id: str, field: str, metadata: dict[str, Any] | None = None,
+                    limit: int = 100, offset: int = 0) -> Any:
+    return get_store().metadata_values(agent_id, field, metadata=metadata, limit=limit,
+                                       offset=offset)
+
+
 @app.task(name="memoryd.kg.add", base=MemorydTask)
 def kg_add(agent_id: str, entity: dict[str, Any]) -> bool:
     """Upsert an entity and its relations. Idempotent: relations are never duplicated."""

@@ -40,6 +40,8 @@ def _valid() -> dict[str, dict[str, Any]]:
         "memoryd.forget": {"agent_id": AGENT, "memory_id": MEMORY_ID},
         "memoryd.get": {"agent_id": AGENT, "memory_id": MEMORY_ID},
         "memoryd.list": {"agent_id": AGENT, "category": "fact", "limit": 5, "offset": 0},
+        "memoryd.metadata_values": {"agent_id": AGENT, "field": "project", "limit": 5,
+                                    "offset": 0, "metadata": {"team": "x"}},
         "memoryd.kg.add": {"agent_id": AGENT, "entity": {"id": "Alice"}},
         "memoryd.kg.query": {"agent_id": AGENT, "start_id": "Alice", "depth": 1},
         "memoryd.sessions": {"agent_id": AGENT},
