@@ -18,7 +18,9 @@ memory of that agent:
 - its ``metadata`` keeps the value exactly (``langgraph.value``, as JSON text), the
   namespace and key, and one entry per namespace label (``langgraph.ns.0``,
   ``langgraph.ns.1``, ...), so a namespace prefix is an equality filter memoryd answers
-  from its metadata index.
+  from its metadata index;
+- its category is ``decision``, which memoryd's maintenance never merges, summarizes,
+  decays or evicts: an item stays as put until it is deleted.
 
 ``search`` without a query returns the prefix's items ordered by (namespace, key); with a
 query, memoryd's recall ranks the prefix's indexed items (``SearchItem.score`` is
@@ -68,6 +70,9 @@ KEY = "langgraph.key"
 VALUE = "langgraph.value"
 INDEXED = "langgraph.indexed"
 LABEL = "langgraph.ns.{}"
+# Maintenance never merges, summarizes, decays or evicts a decision: a store's items are
+# records, kept as put until deleted.
+KEPT_CATEGORY = "decision"
 PAGE = 1000  # memoryd's largest page
 MAX_TEXT_CHARS = 4000  # an embedder reads a few hundred tokens: more text only costs
 QUERY_REACH = 4  # with a filter, a query search ranks this many times the asked window
@@ -146,7 +151,8 @@ class MemorydStore(BaseStore):
         metadata = {MARK: True, PATH: path, NAMESPACE: list(op.namespace), KEY: op.key,
                     VALUE: value, INDEXED: indexed,
                     **{LABEL.format(i): label for i, label in enumerate(op.namespace)}}
-        return {"content": _content(text, path), "key": path, "metadata": metadata}
+        return {"content": _content(text, path), "key": path, "metadata": metadata,
+                "category": KEPT_CATEGORY}
 
     def _delete(self, namespace: tuple[str, ...], key: str) -> None:
         found = self._find(namespace, key)

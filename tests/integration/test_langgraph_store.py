@@ -201,6 +201,21 @@ def test_bad_input_is_refused_by_name_and_nothing_is_written(
     assert store.search((), limit=100) == []
 
 
+def test_maintenance_never_merges_or_evicts_the_stores_items(client: MemoryClient) -> None:
+    store = _store(client, fields=["text"])
+    items = {("a",): {"k.3": {"text": "Same words"}, "k,3": {"text": "Same words"}},
+             ("users", "ada"): {"visits": {"text": "The user visited the shop twice."}},
+             ("users", "bob"): {"visits": {"text": "The user visited the shop twice!"}}}
+    for namespace, entries in items.items():
+        for key, value in entries.items():
+            store.put(namespace, key, value)
+    for job, params in (("deduplicate", {}), ("consolidate", {"merge_threshold": 0.5}),
+                        ("evict", {"cap": 1})):
+        client.run_job(job, agent_id=store.agent_id, params=params)
+    kept = {(i.namespace, i.key): i.value for i in store.search((), limit=100)}
+    assert kept == {(ns, k): v for ns, entries in items.items() for k, v in entries.items()}
+
+
 def test_a_ttl_is_refused_as_unsupported(client: MemoryClient) -> None:
     store: BaseStore = _store(client)
     assert store.supports_ttl is False
