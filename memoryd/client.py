@@ -219,10 +219,13 @@ class MemoryClient:
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
              offset: int = 0, since: datetime | str | None = None,
              until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
-             timeout: float | None = None) -> Page:
+             order: str = "newest", timeout: float | None = None) -> Page:
+        """The agent's memories, newest first or (``order="key"``) by key."""
         kwargs = {"agent_id": check.agent_id(agent_id), "category": check.category(category),
                   "limit": check.limit(limit), "offset": check.offset(offset),
                   **_filters(since, until, metadata)}
+        if check.list_order(order) != "newest":  # a worker of an older release knows no order
+            kwargs["order"] = order
         return self._call("memoryd.list", kwargs, Page.model_validate, timeout)
 
     def metadata_values(self, agent_id: str, field: str, *,
@@ -312,7 +315,7 @@ class MemoryClient:
 
 # Arguments a task's summary shows as they are: identifiers and small options.
 _SHOWN_ARGUMENTS = frozenset({"agent_id", "memory_id", "start_id", "job", "mode", "limit",
-                              "depth", "dry_run", "category"})
+                              "depth", "dry_run", "category", "order"})
 
 
 def _filters(since: object, until: object, metadata: object) -> dict[str, Any]:

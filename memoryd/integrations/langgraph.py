@@ -22,12 +22,14 @@ memory of that agent:
 - its category is ``decision``, which memoryd's maintenance never merges, summarizes,
   decays or evicts: an item stays as put until it is deleted.
 
-``search`` without a query returns the prefix's items ordered by (namespace, key); with a
-query, memoryd's recall ranks the prefix's indexed items (``SearchItem.score`` is
-recall's score). ``filter`` compares value fields as LangGraph's ``InMemoryStore`` does
-(``$eq $ne $gt $gte $lt $lte``, nested objects, exact lists), applied to the prefix's
-items. ``list_namespaces`` lists the namespaces holding at least one item (memoryd
-answers their distinct list, not the items). Ops of a batch run in order. TTLs are not
+``search`` without a query returns the prefix's items in the order of their memoryd keys
+(code point order of that JSON text: stable from page to page), read only as far as the
+asked window needs; with a query, memoryd's recall ranks the prefix's indexed items
+(``SearchItem.score`` is recall's score). ``filter`` compares value fields as
+LangGraph's ``InMemoryStore`` does (``$eq $ne $gt $gte $lt $lte``, nested objects,
+exact lists), applied here to the prefix's items as memoryd pages them in.
+``list_namespaces`` lists the namespaces holding at least one item (memoryd answers
+their distinct list, not the items). Ops of a batch run in order. TTLs are not
 supported (``supports_ttl`` is False): memoryd's expiry is fixed at write time and
 cannot be refreshed by reads.
 """
@@ -38,6 +40,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any, TypeVar
 
 from langgraph.store.base import (
@@ -87,6 +90,7 @@ class MemorydStore(BaseStore):
     ``IndexConfig["fields"]`` paths; default ``["$"]``, the whole value)."""
 
     supports_ttl = False
+    page_size = PAGE  # items (or namespaces) read from memoryd per call
 
     def __init__(self, client: MemoryClient, *, agent_id: str,
                  fields: Sequence[str] | None = None) -> None:
@@ -171,9 +175,7 @@ class MemorydStore(BaseStore):
             raise ValidationError("limit", f"must be a non-negative integer, got {op.limit!r}")
         wanted = _prefix_filter(op.namespace_prefix)
         if op.query is None:
-            matching = [i for i in map(_found, self._all(wanted)) if _passes(i, op.filter)]
-            matching.sort(key=lambda i: (i.namespace, i.key))
-            return matching[op.offset:op.offset + op.limit]
+            return self._listed(wanted, op)
         if op.limit == 0:
             return []
         reach = (op.offset + op.limit) * (QUERY_REACH if op.filter else 1)
@@ -193,26 +195,40 @@ class MemorydStore(BaseStore):
             chosen = [ns[:op.max_depth] for ns in chosen]
         return sorted(set(chosen))[op.offset:op.offset + op.limit]
 
+    def _listed(self, wanted: Mapping[str, Any], op: SearchOp) -> list[SearchItem]:
+        """A search without a query: the window of the prefix's items (in memoryd key
+        order) that pass the filter, read page by page only as far as the window needs."""
+        if not op.filter:  # memoryd skips the offset itself
+            size = min(self.page_size, max(op.limit, 1))
+            found = self._pages(wanted, start=op.offset, size=size)
+            return list(islice(map(_found, found), op.limit))
+        passing = (i for i in map(_found, self._pages(wanted)) if _passes(i, op.filter))
+        return list(islice(passing, op.offset, op.offset + op.limit))
+
+    def _pages(self, wanted: Mapping[str, Any], *, start: int = 0, size: int | None = None
+               ) -> Iterator[Memory]:
+        """The items passing the metadata filter ``wanted``, in memoryd key order."""
+        size = size or self.page_size
+        return _paged(lambda offset: self.client.list(
+            self.agent_id, limit=size, offset=start + offset, metadata=wanted,
+            order="key").items, size)
+
     def _namespaces(self, wanted: Mapping[str, Any]) -> Iterator[list[str]]:
         """The distinct namespaces of the items passing ``wanted``, as memoryd lists them
         (without reading the items)."""
         return _paged(lambda offset: self.client.metadata_values(
-            self.agent_id, NAMESPACE, metadata=wanted, limit=PAGE, offset=offset))
-
-    def _all(self, wanted: Mapping[str, Any]) -> Iterator[Memory]:
-        """Every item passing the metadata filter ``wanted``."""
-        return _paged(lambda offset: self.client.list(
-            self.agent_id, limit=PAGE, offset=offset, metadata=wanted).items)
+            self.agent_id, NAMESPACE, metadata=wanted, limit=self.page_size, offset=offset),
+            self.page_size)
 
 
-def _paged(fetch: Callable[[int], Sequence[T]]) -> Iterator[T]:
+def _paged(fetch: Callable[[int], Sequence[T]], size: int) -> Iterator[T]:
     """What ``fetch(offset)`` answers, page after page until a short one."""
     offset = 0
     while True:
         page = fetch(offset)
         yield from page
         offset += len(page)
-        if len(page) < PAGE:
+        if len(page) < size:
             return
 
 

@@ -143,9 +143,9 @@ def get(agent_id: str, memory_id: str) -> Any:
 @app.task(name="memoryd.list", base=MemorydTask)
 def list_memories(agent_id: str, category: str | None = None, limit: int = 50,
                   offset: int = 0, since: str | None = None, until: str | None = None,
-                  metadata: dict[str, Any] | None = None) -> Any:
+                  metadata: dict[str, Any] | None = None, order: str = "newest") -> Any:
     return dump(get_store().list(agent_id, category=category, limit=limit, offset=offset,
-                                 since=since, until=until, metadata=metadata))
+                                 since=since, until=until, metadata=metadata, order=order))
 
 
 @app.task(name="memoryd.metadata_values", base=MemorydTask)
