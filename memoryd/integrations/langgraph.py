@@ -148,10 +148,8 @@ class MemorydStore(BaseStore):
         path = memory_key(op.namespace, op.key)
         value = _checked_value(op.value)
         indexed = op.index is not False
-        paths = self.fields if op.index is None or op.index is False else list(op.index)
-        text = " ".join(t for p in paths for t in get_text_at_path(value, p))
-        if not indexed:
-            text = ""
+        paths = [] if op.index is False else list(op.index or self.fields)
+        text = " ".join(t for p in paths for t in get_text_at_path(op.value, p))
         metadata = {MARK: True, PATH: path, NAMESPACE: list(op.namespace), KEY: op.key,
                     VALUE: value, INDEXED: indexed,
                     **{LABEL.format(i): label for i, label in enumerate(op.namespace)}}

@@ -156,21 +156,25 @@ def test_a_compiled_graph_reads_and_writes_through_the_store(client: MemoryClien
 def test_a_query_search_puts_the_relevant_item_first_within_the_prefix(
         client: MemoryClient) -> None:
     store = _store(client, fields=["text"])
-    store.put(("docs", "u1"), "tea", {"text": "Ada drinks green tea every morning", "n": 1})
-    store.put(("docs", "u1"), "cat", {"text": "Ada's cat is called Turing", "n": 2})
-    store.put(("docs", "u1"), "car", {"text": "Ada drives a red bicycle to work", "n": 3})
-    store.put(("docs", "u1"), "hidden", {"text": "Ada drinks tea, often green tea"},
-              index=False)
-    store.put(("docs", "u2"), "tea", {"text": "Bob drinks green tea all day"})
-    hits = store.search(("docs", "u1"), query="which tea does Ada drink?")
-    assert hits[0].key == "tea" and hits[0].score is not None
-    assert {h.key for h in hits} <= {"tea", "cat", "car"}
-    assert all(h.namespace == ("docs", "u1") for h in hits)
+    notes = {"n1": "Ada drinks green tea every morning", "n2": "Ada's cat is called Turing",
+             "n3": "Ada rides a red bicycle to work"}
+    for n, (key, text) in enumerate(notes.items(), start=1):
+        store.put(("docs", "u1"), key, {"text": text, "n": n, "other": "not embedded"})
+    store.put(("docs", "u1"), "n4", {"text": "Ada drinks tea, often green tea"}, index=False)
+    store.put(("docs", "u2"), "n1", {"text": "Bob drinks green tea all day"})
+    for query, best in (("which tea does Ada drink?", "n1"), ("Ada's pet", "n2"),
+                        ("how does Ada get to the office?", "n3")):
+        hits = store.search(("docs", "u1"), query=query)
+        assert hits[0].key == best and hits[0].score is not None, query
+        assert {h.key for h in hits} <= set(notes)
+        assert all(h.namespace == ("docs", "u1") for h in hits)
     filtered = store.search(("docs",), query="which tea does Ada drink?",
                             filter={"n": {"$gt": 1}})
-    assert filtered and {h.key for h in filtered} <= {"cat", "car"}
-    hidden = store.get(("docs", "u1"), "hidden")
+    assert filtered and {h.key for h in filtered} <= {"n2", "n3"}
+    hidden = store.get(("docs", "u1"), "n4")
     assert hidden is not None and hidden.value["text"].startswith("Ada drinks tea")
+    assert _shape(asyncio.run(store.asearch(("docs", "u2"), query="tea"))) == [
+        (("docs", "u2"), "n1", {"text": "Bob drinks green tea all day"})]
 
 
 def test_every_json_value_comes_back_exactly(client: MemoryClient) -> None:
