@@ -223,11 +223,24 @@ class MemoryClient:
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
              offset: int = 0, since: datetime | str | None = None,
              until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
-             timeout: float | None = None) -> Page:
+             order: str = "newest", timeout: float | None = None) -> Page:
+        """The agent's memories, newest first or (``order="key"``) by key."""
         kwargs = {"agent_id": check.agent_id(agent_id), "category": check.category(category),
                   "limit": check.limit(limit), "offset": check.offset(offset),
                   **_filters(since, until, metadata)}
+        if check.list_order(order) != "newest":  # a worker of an older release knows no order
+            kwargs["order"] = order
         return self._call("memoryd.list", kwargs, Page.model_validate, timeout)
+
+    def metadata_values(self, agent_id: str, field: str, *,
+                        metadata: Mapping[str, Any] | None = None, limit: int = 100,
+                        offset: int = 0, timeout: float | None = None) -> builtins.list[Any]:
+        """The distinct values of the metadata key ``field`` among the agent's memories
+        (filtered by ``metadata`` like ``list``), in jsonb order."""
+        kwargs = {"agent_id": check.agent_id(agent_id),
+                  "field": check.required_text("field", field), "limit": check.limit(limit),
+                  "offset": check.offset(offset), **_filters(None, None, metadata)}
+        return self._call("memoryd.metadata_values", kwargs, builtins.list, timeout)
 
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any], *,
                timeout: float | None = None) -> bool:

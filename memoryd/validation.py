@@ -251,6 +251,15 @@ def metadata_filter(value: object) -> dict[str, Any]:
     return dict(value)
 
 
+LIST_ORDERS = ("newest", "key")
+
+
+def list_order(value: object) -> str:
+    if value not in LIST_ORDERS:
+        raise ValidationError("order", f"must be one of {LIST_ORDERS}, got {value!r:.40}")
+    return str(value)
+
+
 def time_range(since: object, until: object) -> tuple[datetime | None, datetime | None]:
     """``since`` (inclusive) and ``until`` (exclusive) on ``created_at``."""
     start, end = timestamp("since", since), timestamp("until", until)

@@ -46,6 +46,10 @@ from memoryd.types import (
     StoreResult,
 )
 
+# ``list``'s orders. By key, in code point order whatever the database's collation, so
+# a caller can page through keys it sorts the same way.
+_ORDER_SQL = {"newest": "m.created_at DESC", "key": 'm.key COLLATE "C"'}
+
 
 class MemoryStore:
     """Memories, sessions and a knowledge graph per agent, in one PostgreSQL database."""
@@ -236,11 +240,13 @@ class MemoryStore:
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
              offset: int = 0, since: datetime | str | None = None,
              until: datetime | str | None = None,
-             metadata: Mapping[str, Any] | None = None) -> Page:
-        """The agent's memories, newest first, filtered like ``recall``."""
+             metadata: Mapping[str, Any] | None = None, order: str = "newest") -> Page:
+        """The agent's memories, filtered like ``recall``: newest first, or with
+        ``order="key"`` by key (code point order; memories without a key last)."""
         agent = check.agent_id(agent_id)
         check.limit(limit)
         check.offset(offset)
+        ordering = _ORDER_SQL[check.list_order(order)]
         filters = _filters(since, until, metadata, category=check.category(category))
         where = " AND ".join(["m.agent_id = :a", *filters.chosen()])
         params = {"a": agent, "n": limit, "o": offset, **filters.params()}
@@ -249,8 +255,26 @@ class MemoryStore:
                                     params).scalar_one()
             rows = session.execute(text(
                 f"SELECT {select_list()} FROM memories m WHERE {where} "
-                "ORDER BY m.created_at DESC, m.id LIMIT :n OFFSET :o"), params).mappings()
+                f"ORDER BY {ordering}, m.id LIMIT :n OFFSET :o"), params).mappings()
             return Page(total=total, items=[to_memory(r) for r in rows])
+
+    def metadata_values(self, agent_id: str, field: str, *,
+                        metadata: Mapping[str, Any] | None = None, limit: int = 100,
+                        offset: int = 0) -> builtins.list[Any]:
+        """The distinct values of the metadata key ``field`` among the agent's memories
+        (those whose metadata also passes ``metadata``), in jsonb order: what a caller
+        that files memories under a metadata key lists without reading the memories."""
+        agent, name = check.agent_id(agent_id), check.required_text("field", field)
+        check.limit(limit)
+        check.offset(offset)
+        filters = _filters(None, None, metadata)
+        where = " AND ".join(["m.agent_id = :a", "jsonb_exists(m.metadata, :field)",
+                              *filters.chosen()])
+        params = {"a": agent, "field": name, "n": limit, "o": offset, **filters.params()}
+        with self.session() as session:
+            return builtins.list(session.execute(text(
+                f"SELECT DISTINCT m.metadata -> :field AS v FROM memories m WHERE {where} "
+                "ORDER BY v LIMIT :n OFFSET :o"), params).scalars())
 
     def related(self, agent_id: str, memory_id: uuid.UUID | str,
                 limit: int = 10) -> builtins.list[Related]:

@@ -112,7 +112,7 @@ WHERE id = :id
 _BY_HASH = text("SELECT id FROM memories WHERE agent_id = :agent_id AND content_hash = :h")
 _BY_HASHES = text("""SELECT content_hash, id FROM memories
                      WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)""")
-_BY_KEY = text("""SELECT id, content_hash FROM memories
+_BY_KEY = text("""SELECT id, content_hash, metadata FROM memories
                   WHERE agent_id = :agent_id AND key = :key FOR UPDATE""")
 _SET_CONTENT = text("""
 UPDATE memories SET content = :content, content_hash = :h,
@@ -239,7 +239,8 @@ def _write_plain(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
 
 
 def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datetime | None]:
-    """Storing with an existing key updates that memory in place."""
+    """Storing with an existing key updates that memory in place; the same content with
+    other metadata is an update too (a key's record can change beside its text)."""
     params = {"agent_id": row.agent_id, "key": row.values["key"]}
     for _ in range(3):
         current = session.execute(_BY_KEY, params).first()
@@ -249,7 +250,8 @@ def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
                 return StoreResult(id=inserted.id, stored=True, duplicate=False), \
                     inserted.created_at
             continue  # lost a race on the key, or the content exists: look again
-        if current.content_hash == row.values["content_hash"]:
+        if (current.content_hash == row.values["content_hash"]
+                and current.metadata == json.loads(row.values["metadata"])):
             return StoreResult(id=current.id, stored=False, duplicate=True), None
         return _update_in_place(session, current.id, row), None
     existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,

@@ -143,9 +143,16 @@ def get(agent_id: str, memory_id: str) -> Any:
 @app.task(name="memoryd.list", base=MemorydTask)
 def list_memories(agent_id: str, category: str | None = None, limit: int = 50,
                   offset: int = 0, since: str | None = None, until: str | None = None,
-                  metadata: dict[str, Any] | None = None) -> Any:
+                  metadata: dict[str, Any] | None = None, order: str = "newest") -> Any:
     return dump(get_store().list(agent_id, category=category, limit=limit, offset=offset,
-                                 since=since, until=until, metadata=metadata))
+                                 since=since, until=until, metadata=metadata, order=order))
+
+
+@app.task(name="memoryd.metadata_values", base=MemorydTask)
+def metadata_values(agent_id: str, field: str, metadata: dict[str, Any] | None = None,
+                    limit: int = 100, offset: int = 0) -> Any:
+    return get_store().metadata_values(agent_id, field, metadata=metadata, limit=limit,
+                                       offset=offset)
 
 
 @app.task(name="memoryd.kg.add", base=MemorydTask)

@@ -80,6 +80,24 @@ def test_a_malformed_filter_is_refused_by_name(store: MemoryStore, kwargs: dict[
         assert refused.value.field == field
 
 
+def test_metadata_values_names_each_distinct_value_of_a_key_once(store: MemoryStore) -> None:
+    agent = f"filters-{uuid.uuid4()}"
+    _seed(store, agent)
+    store.store(agent, "The Zephyr team ships in pairs.",
+                metadata={"project": ["zephyr", 2], "priority": 1})
+    store.store(f"filters-{uuid.uuid4()}", "Another agent's Orion.", metadata={"project": "orion"})
+    # jsonb order: strings before arrays.
+    assert store.metadata_values(agent, "project") == ["atlas", "zephyr", ["zephyr", 2]]
+    assert store.metadata_values(agent, "project", metadata={"priority": 1}) == [
+        "atlas", ["zephyr", 2]]
+    assert store.metadata_values(agent, "project", limit=1, offset=1) == ["zephyr"]
+    assert store.metadata_values(agent, "absent") == []
+    for field in ("", "a\x00b", 7):
+        with pytest.raises(ValidationError) as refused:
+            store.metadata_values(agent, field)  # type: ignore[arg-type]
+        assert refused.value.field == "field"
+
+
 def test_a_narrow_filter_on_a_large_agent_is_searched_exactly(store: MemoryStore) -> None:
     agent = f"filters-large-{uuid.uuid4()}"
     store.store_many(agent, [{"content": f"Note {i} about the harbour.",

@@ -170,6 +170,26 @@ def test_same_key_same_content_is_a_duplicate(store: MemoryStore) -> None:
     assert again.id == first.id and again.duplicate and not again.stored
 
 
+def test_same_key_same_content_with_new_metadata_updates_the_metadata(
+        store: MemoryStore) -> None:
+    first = store.store(AGENT, "Timezone is Europe/Berlin.", key="tz", metadata={"v": 1})
+    again = store.store(AGENT, "Timezone is Europe/Berlin.", key="tz", metadata={"v": 2})
+    assert again.id == first.id and again.stored and not again.duplicate
+    assert store.get_by_key(AGENT, "tz").metadata == {"v": 2}
+
+
+def test_list_by_key_pages_in_code_point_order(store: MemoryStore) -> None:
+    for key in ("b", "a b", "a", "Z", "é", "a.b"):
+        store.store(AGENT, f"Memory under key {key}.", key=key)
+    store.store(AGENT, "A memory without a key.")
+    pages = [store.list(AGENT, order="key", limit=3, offset=o).items for o in (0, 3, 6)]
+    assert [m.key for page in pages for m in page] == [
+        "Z", "a", "a b", "a.b", "b", "é", None]
+    with pytest.raises(ValidationError) as refused:
+        store.list(AGENT, order="oldest")
+    assert refused.value.field == "order"
+
+
 # --- store_many ---------------------------------------------------------------------------
 
 

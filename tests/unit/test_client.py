@@ -167,6 +167,10 @@ CASES: list[tuple[str, Callable[[MemoryClient], object], str]] = [
     ("sessions agent", lambda c: c.sessions(""), "agent_id"),
     # maintenance
     ("run_job unknown", lambda c: c.run_job("vacuum"), "job"),
+    ("metadata_values field", lambda c: c.metadata_values("a", ""), "field"),
+    ("metadata_values filter", lambda c: c.metadata_values("a", "f", metadata={"k": [1]}),
+     "metadata.k"),
+    ("list order", lambda c: c.list("a", order="oldest"), "order"),
     ("run_job agent", lambda c: c.run_job("expire", agent_id=""), "agent_id"),
     ("run_job params", lambda c: c.run_job("expire", params=[("a", 1)]), "params"),  # type: ignore[arg-type]
     ("run_job params JSON", lambda c: c.run_job("expire", params={"x": object()}), "params"),
