@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -44,7 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from memoryd import logging as mlog
     from memoryd.config import get_settings
+    from memoryd.private_files import UMASK
 
+    # What memoryd writes holds secrets or memory contents (keys, logs, the broker's
+    # files, exports, backups): private to its user, in every process it starts.
+    os.umask(UMASK)
     mlog.configure(level=args.log_level)
     try:
         get_settings()  # fail loudly on a bad configuration, before anything starts

@@ -138,10 +138,9 @@ def up_dir() -> Iterator[Path]:
     data_dir = Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME)) / "up-data"
     yield data_dir
     for proc in _processes_of(data_dir, set()):
-        if "postgres" in " ".join(proc.cmdline()):
-            continue
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+        with contextlib.suppress(psutil.Error):  # it may have exited meanwhile
+            if "postgres" not in " ".join(proc.cmdline()):
+                proc.kill()
     from memoryd.embedded.postgres import EmbeddedPostgres
 
     server = EmbeddedPostgres(data_dir / "postgres")
@@ -152,6 +151,17 @@ def up_dir() -> Iterator[Path]:
 def _private(path: Path) -> str:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     return path.read_text().strip()
+
+
+def _nothing_open_to_others(data_dir: Path) -> None:
+    """Every folder and file of a running stack's data directory, whoever wrote it
+    (memoryd, PostgreSQL, Redis, beat, the workers' model cache), is its owner's alone."""
+    entries = [data_dir, *data_dir.rglob("*")]
+    assert any(path.name == "celerybeat-schedule" or path.name.startswith("celerybeat")
+               for path in entries)  # beat has written its schedule: the walk sees its files
+    opened = [f"{path} {stat.S_IMODE(path.lstat().st_mode):o}" for path in entries
+              if not path.is_symlink() and path.lstat().st_mode & 0o077]
+    assert not opened, opened
 
 
 def _gateway_answers_with_the_admin_key(up_dir: Path, url: str, agent: str, log: str,
@@ -266,6 +276,7 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         assert [h.memory.id for h in hits] == [stored.id]
         client.close()
 
+        _nothing_open_to_others(up_dir)
         _flower_is_behind_its_login(up_dir, runtime, log_path.read_text(), deadline)
         _gateway_answers_with_the_admin_key(up_dir, runtime["gateway_url"], agent,
                                             log_path.read_text(), deadline)
