@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from memoryd import validation as check
@@ -40,13 +40,16 @@ REQUEST_MODELS: list[type[BaseModel]] = [StoreItem, StoreBatch, RecallRequest, C
 
 
 @router.post("/memories", status_code=201, openapi_extra=request_body(StoreItem, StoreBatch),
+             responses={200: {"description": "Nothing new: each item matched a memory "
+                                             "already stored (its id, duplicate true)"}},
              summary="Store one memory, or a batch as {\"items\": [...]}")
-def store(agent: str, key: Key, client: Client, config: Config,
-          payload: JsonBody) -> StoreResult | list[StoreResult]:
+def store(agent: str, key: Key, client: Client, config: Config, payload: JsonBody,
+          response: Response) -> StoreResult | list[StoreResult]:
     agent_id = access.authorize(key, agent, "write")
     if isinstance(payload, dict) and set(payload) == {"items"}:
         results = client.store_many(agent_id, payload["items"])
         assert isinstance(results, list)
+        response.status_code = created_status(*results)
         return results
     if not isinstance(payload, dict):
         raise ValidationError("body", "must be a JSON object")
@@ -54,7 +57,15 @@ def store(agent: str, key: Key, client: Client, config: Config,
     result = client.store(agent_id, item.content,
                           **item.model_dump(exclude_none=True, exclude={"content"}))
     assert isinstance(result, StoreResult)
+    response.status_code = created_status(result)
     return result
+
+
+def created_status(*results: StoreResult) -> int:
+    """201 when the request created a memory, 200 when every item was already stored
+    (a retried request, or content the agent holds): the caller learns which without
+    reading the items."""
+    return 201 if any(r.stored for r in results) else 200
 
 
 @router.get("/memories", summary="List memories, newest first, a page at a time")

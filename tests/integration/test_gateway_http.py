@@ -44,6 +44,7 @@ def test_a_memory_is_stored_read_listed_and_forgotten_over_http(
     assert made.json()["stored"] is True and made.json()["duplicate"] is False
     memory_id = made.json()["id"]
     again = http.post(base, headers=auth, json={"content": "The user's cat is called Miso."})
+    assert again.status_code == 200, again.text  # nothing created: the memory it matched
     assert again.json() == {"id": memory_id, "stored": False, "duplicate": True}
 
     one = http.get(f"{base}/{memory_id}", headers=auth)
@@ -84,6 +85,26 @@ def test_a_batch_is_stored_and_recall_and_context_find_it(
                         json={"query": "deploy", "limit": 2})
     assert context.status_code == 200
     assert items[0]["content"] in context.json()["context"]
+
+
+def test_a_batch_answers_201_when_it_creates_a_memory_and_200_when_all_were_stored(
+        http: httpx.Client, store: MemoryStore, agent_id: str) -> None:
+    auth = bearer(make_key(store, agents=(agent_id,)))
+    path = f"/v1/agents/{agent_id}/memories"
+    first = http.post(path, headers=auth, json={"items": [{"content": "Tea at four."}]})
+    assert first.status_code == 201, first.text
+    (tea,) = first.json()
+    mixed = http.post(path, headers=auth, json={"items": [{"content": "Tea at four."},
+                                                          {"content": "Cake on Sundays."}]})
+    assert mixed.status_code == 201, mixed.text
+    assert mixed.json()[0] == {"id": tea["id"], "stored": False, "duplicate": True}
+    assert mixed.json()[1]["stored"] is True
+    again = http.post(path, headers=auth, json={"items": [{"content": "Cake on Sundays."},
+                                                          {"content": "Tea at four."}]})
+    assert again.status_code == 200, again.text
+    assert [r["id"] for r in again.json()] == [mixed.json()[1]["id"], tea["id"]]
+    assert {r["duplicate"] for r in again.json()} == {True}
+    assert len(_rows(store, agent_id)) == 2
 
 
 def test_the_knowledge_graph_and_sessions_over_http(
@@ -237,6 +258,39 @@ def test_health_readiness_openapi_docs_and_metrics(http: httpx.Client, store: Me
             'status="200"}') in metrics.text
     assert "memoryd_http_request_duration_seconds_bucket" in metrics.text
     assert agent_id not in metrics.text
+
+
+def _served(http: httpx.Client, method: str, route: str, status: int) -> float:
+    """How many requests /metrics counts under these labels (0 before the first)."""
+    line = f'memoryd_http_requests_total{{method="{method}",route="{route}",status="{status}"}} '
+    found = [row for row in http.get("/metrics").text.splitlines() if row.startswith(line)]
+    return float(found[0].removeprefix(line)) if found else 0.0
+
+
+def test_metrics_name_mcp_the_docs_and_refused_bodies_by_the_route_they_were_sent_to(
+        http: httpx.Client, store: MemoryStore, agent_id: str) -> None:
+    auth = bearer(make_key(store, agents=(agent_id,)))
+    huge = b'{"query": "' + b"q" * (9 * 1024 * 1024) + b'"}'
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "metrics-test", "version": "1"}}}
+    mcp_headers = {**auth, "Accept": "application/json, text/event-stream"}
+    requests = [
+        (("GET", "/docs", 200), lambda: http.get("/docs")),
+        (("GET", "/openapi.json", 200), lambda: http.get("/openapi.json")),
+        (("POST", "/mcp", 401), lambda: http.post("/mcp", json=initialize)),
+        (("POST", "/mcp", 200), lambda: http.post("/mcp", headers=mcp_headers,
+                                                 json=initialize)),
+        (("POST", "/v1/agents/{agent}/recall", 413), lambda: http.post(
+            f"/v1/agents/{agent_id}/recall",
+            headers={**auth, "Content-Type": "application/json"}, content=huge)),
+        (("GET", "unmatched", 404), lambda: http.get("/v1/nothing-here")),
+    ]
+    for (method, route, status), send in requests:
+        before = _served(http, method, route, status)
+        assert send().status_code == status
+        assert _served(http, method, route, status) == before + 1, (method, route, status)
+    assert agent_id not in http.get("/metrics").text
 
 
 def test_admin_endpoints_run_jobs_report_and_restore(
