@@ -65,7 +65,8 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
     metrics = GatewayMetrics()
     app.state.metrics = metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.gateway_max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(MetricsMiddleware, metrics=metrics,
+                       routes=[*routes.router.routes, *admin.router.routes, *app.router.routes])
     schema.install(app, [*routes.REQUEST_MODELS, *admin.REQUEST_MODELS])
     return app
 
