@@ -4,6 +4,7 @@ no database."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -210,3 +211,53 @@ def test_hits_come_from_the_whole_rows_and_skip_memories_without_one(
     (hit,) = ranking.hits(scored, whole)
     assert hit.id == found[1].row["id"] and hit.content == "the whole row"
     assert hit.score == scored[1].score
+
+
+# --- the score's range ----------------------------------------------------------------
+def _highest_score(settings: Settings) -> float:
+    """The documented maximum: the best own score (the sum of the weights; with rrf 1.0
+    plus the priors' tie-break), lifted by the context share of an equally good
+    neighbour and by the named period's boost."""
+    weights = settings.weights()
+    priors = sum(weights[name] for name in ("recency", "importance", "confidence"))
+    own = (1.0 + scoring.PRIOR_TIE_BREAK * priors if settings.recall_fusion == "rrf"
+           else sum(weights.values()))
+    return own * (1.0 + settings.recall_context_weight) + settings.recall_time_boost
+
+
+def _perfect() -> Candidate:
+    """A candidate with every component at its top: the best cosine and keyword score,
+    vector and keyword rank 1, new, a decision (never decays), importance and confidence
+    1."""
+    return _candidate(semantic=1.0, keyword_raw=3.0, vector_rank=1, keyword_rank=1,
+                      category="decision", importance=1.0, confidence=1.0)
+
+
+@pytest.mark.parametrize("settings", [Settings(), Settings(recall_fusion="rrf"),
+                                      Settings(weight_semantic=0.9, recall_time_boost=0.0),
+                                      Settings(recall_context_weight=1.0)],
+                         ids=["defaults", "rrf", "heavier-semantic-no-boost", "full-context"])
+def test_a_perfect_turn_next_to_a_perfect_turn_in_the_named_period_scores_the_maximum(
+        fixed_clock: None, settings: Settings) -> None:
+    a, b = _perfect(), _perfect()
+    neighbours = {a.row["id"]: [b.row["id"]], b.row["id"]: [a.row["id"]]}
+    period = (NOW - timedelta(days=1), NOW + timedelta(days=1))
+    scored = ranking.order([a, b], neighbours, settings, period=period)
+    assert [s.score for s in scored] == pytest.approx([_highest_score(settings)] * 2)
+
+
+def test_no_candidate_scores_above_the_maximum(fixed_clock: None) -> None:
+    rng = random.Random(7)
+    period = (NOW - timedelta(days=30), NOW)
+    for fusion in ("weighted", "rrf"):
+        settings = Settings(recall_fusion=fusion)
+        found = [_candidate(semantic=rng.uniform(-0.2, 1.0), keyword_raw=rng.uniform(0, 5),
+                            vector_rank=rng.choice([None, *range(1, 20)]),
+                            keyword_rank=rng.choice([None, *range(1, 20)]),
+                            category=rng.choice(["fact", "decision", "task"]),
+                            age_days=rng.uniform(0, 60), importance=rng.random(),
+                            confidence=rng.random()) for _ in range(200)]
+        ids = [c.row["id"] for c in found]
+        neighbours = {key: [ids[i - 1], ids[(i + 1) % len(ids)]] for i, key in enumerate(ids)}
+        top = ranking.order(found, neighbours, settings, period=period)[0].score
+        assert 0.0 < top <= _highest_score(settings) + 1e-6
