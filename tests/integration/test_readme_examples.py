@@ -1,13 +1,12 @@
 """The README's HTTP examples, run as written against a real gateway: the five lines of
-shell, every curl line, and the TypeScript example compiled with ``tsc --strict`` and run
-by Node. Only the agent and the gateway's address are swapped for the test's."""
+shell and every curl line (the TypeScript example is ``examples/typescript``, run by
+test_examples). Only the agent and the gateway's address are swapped for the test's."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -23,7 +22,6 @@ pytestmark = pytest.mark.slow
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 README_URL = "http://127.0.0.1:8765"
-NODE_TOOLS = Path(sys.prefix) / "node" / "node_modules"
 # Fails a curl line on an HTTP error (the README's lines use -s only, for reading).
 STRICT_CURL = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; echo; }\n'
 
@@ -83,25 +81,3 @@ def test_every_curl_line_of_the_readme_succeeds(
     assert {"id": evicted, "restored": True} in answers
     assert store.get(agent_id, evicted) is not None
     assert "Alice leads project Atlas" in out
-
-
-def test_the_typescript_example_compiles_strictly_and_runs_against_the_gateway(
-        gateway: GatewayProcess, service_env: dict[str, str], store: MemoryStore,
-        agent_id: str, tmp_path: Path) -> None:
-    tsc = NODE_TOOLS / ".bin" / "tsc"
-    node = shutil.which("node")
-    assert tsc.exists() and node, "./dev test installs TypeScript into .venv/node; Node.js 18+"
-    source = tmp_path / "example.mts"
-    source.write_text(_block("From TypeScript", "ts").replace("agent-1", agent_id))
-    compiled = subprocess.run(
-        [str(tsc), "--strict", "--target", "es2022", "--module", "nodenext", "--types", "node",
-         "--typeRoots", str(NODE_TOOLS / "@types"), "--outDir", str(tmp_path), str(source)],
-        check=False, capture_output=True, text=True, timeout=120)
-    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    env = {"PATH": os.environ.get("PATH", ""), "MEMORYD_URL": gateway.url,
-           "MEMORYD_KEY": make_key(store, agents=(agent_id,))}
-    done = subprocess.run([node, str(tmp_path / "example.mjs")], check=False, env=env,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("User prefers dark mode ")
-    assert [m.content for m in store.list(agent_id).items] == ["User prefers dark mode"]
