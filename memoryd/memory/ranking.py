@@ -33,7 +33,9 @@ def order(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[
           ) -> list[Scored]:
     """The candidates best first (ties by id), scored as ``settings`` say, memories
     created in ``period`` (the period the query names) lifted by
-    ``settings.recall_time_boost``."""
+    ``settings.recall_time_boost``. Scores are comparable within one recall, not
+    probabilities: the context share and the boost add to the weighted sum, so the top is
+    the weights' sum x (1 + context weight) + boost (1.5 with the defaults)."""
     parts = scoring.components(found, clock.now())
     own = _own_scores(found, parts, settings)
     final = scoring.with_context(own, neighbours, settings.recall_context_weight)
