@@ -168,3 +168,14 @@ def test_a_runnable_block_runs_as_written(
     store.store(agent_id, "Alice leads project Atlas", category="fact")
     script = _localize(code, gateway, agent_id)
     _run_bash(script, _env(service_env), cwd=tmp_path)
+
+
+def test_the_client_five_lines_store_and_recall_through_the_worker(
+        service_env: dict[str, str], worker: object, store: MemoryStore, agent_id: str,
+        tmp_path: Path) -> None:
+    code = _block("README.md", "## The client in five lines", "python").replace("agent-1", agent_id)
+    done = subprocess.run([sys.executable, "-c", code], check=False, env=_env(service_env),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("User prefers dark mode ")
+    assert [m.content for m in store.list(agent_id).items] == ["User prefers dark mode"]
