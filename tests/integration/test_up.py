@@ -389,6 +389,17 @@ def test_up_says_it_is_up_only_once_its_workers_and_gateway_answer(up_dir: Path)
                     (app.control.inspect(timeout=5.0).stats() or {}).values()}
         assert {runtime["children"]["worker-memory"],
                 runtime["children"]["worker-maintenance"]} <= answered, answered
+
+        # One-off commands from another shell print their result and nothing else (they
+        # share the stack's embedded PostgreSQL); the workers log no line per task.
+        for command, result in ((("store", "agent-1", "User prefers dark mode"),
+                                 r"stored [0-9a-f-]{36}\n"),
+                                (("jobs", "run", "expire"), r"expire: ok \(run \d+\) \{.*\}\n")):
+            done = subprocess.run([sys.executable, "-m", "memoryd", *command], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            assert re.fullmatch(result, done.stdout) and done.stderr == "", (command, done)
+        assert "Task memoryd." not in output.drained()
         os.killpg(up.pid, signal.SIGINT)
         assert up.wait(STOP_TIMEOUT_S) == 0, output.drained()
     finally:
