@@ -178,6 +178,8 @@ def test_a_wrong_job_parameter_or_job_name_is_refused_with_the_valid_ones(
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert "invalid choice: 'evicct'" in unknown.stderr
     assert all(repr(job) in unknown.stderr for job in JOB_NAMES)
+    usage = memoryd(service_env, "jobs", "run", "--help").stdout
+    assert "--param NAME=VALUE" in usage and "JSON, else a string" in usage
 
 
 def test_jobs_list_shows_each_job_with_its_queue_schedule_and_parameters(
