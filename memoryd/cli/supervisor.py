@@ -41,6 +41,8 @@ from memoryd.private_files import private_dir, write_private
 from memoryd.redaction import scrub
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from memoryd.embedded.postgres import EmbeddedPostgres
     from memoryd.embedded.redis import EmbeddedRedis
 
@@ -223,13 +225,13 @@ class Stack:
         finally:
             app.close()
 
-    def _not_ready(self, app: object) -> list[str]:
+    def _not_ready(self, app: Celery) -> list[str]:
         """The children that do not answer yet: workers by their pids in Celery's
         stats (a worker answers once it consumes), the gateway by its /readyz."""
         workers = {proc.pid: name for name, proc in self.children.items()
                    if name.startswith("worker-")}
         try:
-            stats = app.control.inspect(timeout=1.0).stats() or {}  # type: ignore[attr-defined]
+            stats = app.control.inspect(timeout=1.0).stats() or {}
         except Exception:  # the broker not answering yet is the same as no reply
             stats = {}
         answered = {reply.get("pid") for reply in stats.values()}

@@ -102,10 +102,10 @@ class JobParameter:
     default: Any
 
 
-def job_parameters(job_name: str, batch_size: int) -> list[JobParameter]:
+def job_parameters(job_name: str, batch_size: int | None = None) -> list[JobParameter]:
     """The parameters job ``job_name`` takes, read from its function's signature, then
-    the runner's own (``batch_size``, whose default is the setting passed in). A job
-    that takes ``**params`` checks them itself and lists none of them."""
+    the runner's own (``batch_size``, whose default is the store's setting, passed in).
+    A job that takes ``**params`` checks them itself and lists none of them."""
     found = [JobParameter(p.name, str(p.annotation), p.default)
              for p in inspect.signature(job_function(job_name)).parameters.values()
              if p.name != "ctx" and p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -122,7 +122,7 @@ def _check_params(job_name: str, fn: JobFn, params: Mapping[str, Any]) -> None:
         return
     for name in params:
         if (name not in accepted and name not in RUNNER_PARAMS) or name == "ctx":
-            valid = [p.name for p in job_parameters(job_name, MAX_BATCH_SIZE)]
+            valid = [p.name for p in job_parameters(job_name)]
             raise ValidationError(f"params.{name}", f"is not a parameter of job {job_name!r}; "
                                                     f"its parameters: {', '.join(valid)}")
 
