@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -226,15 +227,17 @@ class Stack:
             app.close()
 
     def _not_ready(self, app: Celery) -> list[str]:
-        """The children that do not answer yet: workers by their pids in Celery's
-        stats (a worker answers once it consumes), the gateway by its /readyz."""
+        """The children that do not answer yet: workers by their host and pid in
+        Celery's stats (a worker answers once it consumes), the gateway by its /readyz."""
         workers = {proc.pid: name for name, proc in self.children.items()
                    if name.startswith("worker-")}
         try:
             stats = app.control.inspect(timeout=1.0).stats() or {}
         except Exception:  # the broker not answering yet is the same as no reply
             stats = {}
-        answered = {reply.get("pid") for reply in stats.values()}
+        here = socket.gethostname()  # Celery's %h: a shared broker may serve other hosts
+        answered = {reply.get("pid") for node, reply in stats.items()
+                    if node.partition("@")[2] == here}
         waiting = [name for pid, name in workers.items() if pid not in answered]
         if self.gateway_port and not self._gateway_ready():
             waiting.append("gateway")
