@@ -50,6 +50,10 @@ NOISY_LOGGERS: dict[str, int] = {
     "celery.worker.consumer.gossip": logging.WARNING,
 }
 
+# Celery's lines for every task ("Task ... received", "... succeeded in 0.01s"): two per
+# task drown memoryd's own events, so they show at DEBUG only.
+PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
+
 
 def redact(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Mask secrets, shorten content, and strip passwords from URLs."""
@@ -163,6 +167,9 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
     root.setLevel(level.upper())
     for name, floor in NOISY_LOGGERS.items():
         logging.getLogger(name).setLevel(max(floor, root.level))
+    for name in PER_TASK_LOGGERS:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if root.level <= logging.DEBUG else max(logging.WARNING, root.level))
 
 
 def bind(**values: Any) -> None:

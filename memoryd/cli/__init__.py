@@ -12,20 +12,28 @@ from memoryd.redaction import describe_error, format_error, scrub
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memoryd.cli import client_cmds, dlq, front, keys, ops, portable, services
+    from memoryd.cli import client_cmds, dlq, evicted, front, keys, ops, portable, services
 
     parser = argparse.ArgumentParser(
         prog="memoryd", description="Long-term memory for fleets of LLM agents.")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument("--log-level", default=None,
+                        help="DEBUG, INFO, WARNING (default INFO for the services: up, worker, "
+                             "beat, run, gateway, mcp; WARNING for one-off commands)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     services.register(commands)
     client_cmds.register(commands)
     ops.register(commands)
+    evicted.register(commands)
     keys.register(commands)
     dlq.register(commands)
     portable.register(commands)
     front.register(commands)
     return parser
+
+
+# Commands that keep running and report as they go; the others print their result and,
+# unless something is wrong, nothing else.
+SERVICES = frozenset({"up", "worker", "beat", "run", "gateway", "mcp"})
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:
@@ -43,6 +51,8 @@ def _unreachable() -> tuple[type[BaseException], ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.log_level is None:
+        args.log_level = "INFO" if args.command in SERVICES else "WARNING"
     from memoryd import logging as mlog
     from memoryd.config import get_settings
     from memoryd.private_files import UMASK

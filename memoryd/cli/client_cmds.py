@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from memoryd.cli.output import as_json, key_values, table
@@ -17,7 +16,8 @@ def register(commands: Any) -> None:
         store.add_argument(flag)
     store.add_argument("--importance", type=float)
     store.add_argument("--tag", action="append", dest="tags", default=[])
-    store.add_argument("--metadata", type=json.loads, help="a JSON object")
+    store.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
+                       help="metadata KEY is VALUE (JSON, else a string); repeatable")
 
     recall = _add(commands, "recall", "recall memories relevant to a query", _recall)
     recall.add_argument("agent_id")
@@ -90,7 +90,7 @@ def _client(args: argparse.Namespace) -> Any:
 def _store(args: argparse.Namespace) -> int:
     fields = {"role": args.role, "session_id": args.session_id, "key": args.key,
               "category": args.category, "source": args.source, "importance": args.importance,
-              "tags": args.tags, "metadata": args.metadata}
+              "tags": args.tags, "metadata": key_values(args.metadata, "metadata") or None}
     result = _client(args).store(args.agent_id, args.content,
                                  **{k: v for k, v in fields.items() if v not in (None, [])})
     status = "duplicate of" if result.duplicate else "stored"

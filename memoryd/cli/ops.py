@@ -19,10 +19,14 @@ def register(commands: Any) -> None:
     run.add_argument("job", choices=JOB_NAMES)
     run.add_argument("--agent", dest="agent_id")
     run.add_argument("--dry-run", action="store_true")
-    run.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
-                     help="job parameter, e.g. --param max_age_days=60")
+    run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="job parameter (VALUE: JSON, else a string), e.g. --param "
+                          "max_age_days=60; repeatable; `memoryd jobs list` shows them")
     run.add_argument("--json", action="store_true")
     run.set_defaults(handler=_jobs_run)
+    listing = sub.add_parser("list", help="every job: its queue, schedule and parameters")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_jobs_list)
     history = sub.add_parser("history", help="recent maintenance runs")
     history.add_argument("--job", choices=JOB_NAMES)
     history.add_argument("--limit", type=int, default=20)
@@ -53,6 +57,52 @@ def _jobs_run(args: argparse.Namespace) -> int:
     print(as_json(record.as_dict()) if args.json else
           f"{record.job}: {record.status} (run {record.run_id}) {json.dumps(record.stats)}")
     return 0 if record.status != "failed" else 1
+
+
+def _jobs_list(args: argparse.Namespace) -> int:
+    from memoryd.config import get_settings
+    from memoryd.schedules.table import DEFAULT_SCHEDULE, effective_schedule
+
+    settings = get_settings()
+    crons = {entry.job: entry.cron for entry in effective_schedule(settings)}
+    jobs = [_job_view(entry, crons.get(entry.job), settings) for entry in DEFAULT_SCHEDULE]
+    if args.json:
+        print(as_json(jobs))
+        return 0
+    for job in jobs:
+        when = job["schedule"] + (f" ({settings.timezone})" if crons.get(job["job"]) else "")
+        params = table(("parameter", "type", "default"),
+                       [(p["name"], p["type"], json.dumps(p["default"]))
+                        for p in job["parameters"]])
+        print(f"{job['job']}: queue {job['queue']}, schedule {when}\n  {job['description']}\n"
+              + "\n".join(f"    {line}" for line in params.splitlines()) + "\n")
+    return 0
+
+
+def _job_view(entry: Any, cron: str | None, settings: Any) -> dict[str, Any]:
+    """One job as ``jobs list`` shows it: all of it read from the schedule table, the
+    job's signature and the task routes, so the listing cannot drift from them."""
+    from dataclasses import asdict
+
+    from memoryd.memory.maintenance.runner import job_parameters
+    from memoryd.schedules.table import OFF
+
+    params = job_parameters(entry.job, settings.maintenance_batch_size)
+    return {"job": entry.job, "description": entry.description,
+            "queue": _queue_of(entry.task_name), "schedule": cron or OFF,
+            "parameters": [asdict(p) for p in params]}
+
+
+def _queue_of(task_name: str) -> str:
+    """The queue memoryd's task routes send ``task_name`` to, as Celery reads them
+    (routes do not depend on the broker, so none is needed)."""
+    from celery.app.routes import MapRoute
+
+    from memoryd.celery_config import celery_config
+    from memoryd.config import get_settings
+
+    routes = celery_config(get_settings(), broker_url="memory://")["task_routes"]
+    return str(MapRoute(routes)(task_name)["queue"])
 
 
 def _jobs_history(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,11 +42,16 @@ from memoryd.private_files import private_dir, write_private
 from memoryd.redaction import scrub
 
 if TYPE_CHECKING:
+    from celery import Celery
+
     from memoryd.embedded.postgres import EmbeddedPostgres
     from memoryd.embedded.redis import EmbeddedRedis
 
 log = structlog.get_logger(__name__)
 STOP_GRACE_S = 30.0
+# How long the workers and the gateway may take to answer after they started (a first
+# start derives the embedding model; a busy machine is slower): then the stack stops.
+READY_WAIT_S = 300.0
 
 
 @dataclass
@@ -85,6 +91,8 @@ class Stack:
                 login = flower_login.ensure(settings.data_dir) if self.flower_port else None
                 self._start_children(env, login[0] if login else None)
                 self._write_runtime(runtime, database_url, broker_url)
+                self._await_ready(broker_url)
+                self._stop_on_signals()  # before the banner: who reads it may stop us at once
                 self._announce(database_url, broker_url, admin_key, login)
                 self._wait()
             finally:
@@ -197,6 +205,55 @@ class Stack:
                 command, env=own, stdin=subprocess.DEVNULL, process_group=0, **self._run_as)
             log.info("up.started", process=name, pid=self.children[name].pid)
 
+    def _await_ready(self, broker_url: str) -> None:
+        """Return once every worker started here answers over the broker and the
+        gateway's /readyz says 200, so that "memoryd is up" is true when it prints. A
+        child that exits meanwhile, or a wait past READY_WAIT_S, stops the stack."""
+        from celery import Celery
+
+        from memoryd.celery_config import celery_config
+
+        app = Celery("memoryd-up", set_as_current=False)
+        app.conf.update(celery_config(get_settings(), broker_url=broker_url, caller=True))
+        deadline = time.monotonic() + READY_WAIT_S
+        try:
+            while waiting := self._not_ready(app):
+                self._check_children()
+                if time.monotonic() > deadline:
+                    raise EmbeddedServiceError(
+                        f"{', '.join(waiting)} did not answer within {READY_WAIT_S:.0f} s")
+                time.sleep(0.5)
+        finally:
+            app.close()
+
+    def _not_ready(self, app: Celery) -> list[str]:
+        """The children that do not answer yet: workers by their host and pid in
+        Celery's stats (a worker answers once it consumes), the gateway by its /readyz."""
+        workers = {proc.pid: name for name, proc in self.children.items()
+                   if name.startswith("worker-")}
+        try:
+            stats = app.control.inspect(timeout=1.0).stats() or {}
+        except Exception:  # the broker not answering yet is the same as no reply
+            stats = {}
+        here = socket.gethostname()  # Celery's %h: a shared broker may serve other hosts
+        answered = {reply.get("pid") for node, reply in stats.items()
+                    if node.partition("@")[2] == here}
+        waiting = [name for pid, name in workers.items() if pid not in answered]
+        if self.gateway_port and not self._gateway_ready():
+            waiting.append("gateway")
+        return waiting
+
+    def _gateway_ready(self) -> bool:
+        import urllib.error
+        import urllib.request
+
+        url = f"http://{_local(get_settings().gateway_host)}:{self.gateway_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as answer:
+                return bool(answer.status == 200)
+        except (urllib.error.URLError, OSError):  # not listening yet, or 503
+            return False
+
     def _write_runtime(self, path: Path, database_url: str, broker_url: str) -> None:
         # Private: the URLs carry the services' passwords.
         write_private(path, json.dumps({
@@ -247,13 +304,18 @@ class Stack:
         return f"login in {where}"
 
     # --- lifecycle --------------------------------------------------------------
-    def _wait(self) -> None:
+    def _stop_on_signals(self) -> None:
         for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: self._stop.set())
+
+    def _wait(self) -> None:
         while not self._stop.wait(1.0):
-            dead = [name for name, proc in self.children.items() if proc.poll() is not None]
-            if dead:
-                raise EmbeddedServiceError(f"{', '.join(dead)} exited; stopping memoryd")
+            self._check_children()
+
+    def _check_children(self) -> None:
+        dead = [name for name, proc in self.children.items() if proc.poll() is not None]
+        if dead:
+            raise EmbeddedServiceError(f"{', '.join(dead)} exited; stopping memoryd")
 
     def _stop_children(self) -> None:
         for proc in self.children.values():
@@ -268,6 +330,20 @@ class Stack:
                 proc.kill()
                 proc.wait()
         self.children.clear()
+
+
+def _local(host: str) -> str:
+    """``host`` as a URL names it from this machine: a server on every address is
+    reached on the loopback one."""
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # a name
+        return host or "127.0.0.1"
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"[{address}]" if address.version == 6 else str(address)
 
 
 def _on_terminal() -> bool:

@@ -170,7 +170,7 @@ class EmbeddedPostgres:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                log.info("embedded_postgres.still_in_use", pgdata=str(self.pgdata))
+                log.debug("embedded_postgres.still_in_use", pgdata=str(self.pgdata))
                 return False
             finally:
                 handle.close()  # drops whatever lock this process held

@@ -1,10 +1,12 @@
 """Operator reports read from the database: recent maintenance runs, memories per
-agent, and memories per embedding model. Shared by the CLI (``memoryd jobs history``,
-``memoryd stats``, ``memoryd status``) and the worker tasks behind the gateway's admin
-endpoints."""
+agent, memories per embedding model, and what maintenance evicted. Shared by the CLI
+(``memoryd jobs history``, ``memoryd stats``, ``memoryd status``, ``memoryd evicted
+list``) and the worker tasks behind the gateway's admin endpoints."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -56,3 +58,38 @@ def embedding_progress(session: Session, target: str) -> EmbeddingProgress:
     done = counts.get(target, 0)
     return EmbeddingProgress(model=target, memories_by_model=counts,
                              done_percent=round(100.0 * done / total, 1) if total else 100.0)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """One row of ``evicted_memories`` as an operator lists it: its number (what
+    ``restore`` takes), and the memory that absorbed it when it was merged. Content
+    only when asked for: listings reach terminals and logs."""
+
+    eviction_id: int
+    memory_id: str
+    agent_id: str
+    reason: str
+    evicted_at: datetime
+    survivor_id: str | None
+    content: str | None = None
+
+
+def evictions(session: Session, *, agent_id: str | None = None, reason: str | None = None,
+              limit: int = 50, with_content: bool = False) -> list[Eviction]:
+    """The newest ``limit`` evictions (of ``agent_id``, for ``reason``), newest first.
+    A merged memory's survivor is the memory holding a ``derived_from`` link to it."""
+    rows = session.execute(text("""
+        SELECT e.eviction_id, CAST(e.memory_id AS text) AS memory_id, e.agent_id, e.reason,
+               e.evicted_at,
+               (SELECT CAST(l.source_id AS text) FROM memory_links l
+                WHERE l.target_id = e.memory_id AND l.kind = 'derived_from'
+                ORDER BY l.created_at LIMIT 1) AS survivor_id,
+               CASE WHEN :content THEN e.data ->> 'content' END AS content
+        FROM evicted_memories e
+        WHERE (CAST(:agent AS text) IS NULL OR e.agent_id = :agent)
+          AND (CAST(:reason AS text) IS NULL OR e.reason = :reason)
+        ORDER BY e.eviction_id DESC LIMIT :n
+    """), {"agent": agent_id, "reason": reason, "n": limit,
+           "content": with_content}).mappings()
+    return [Eviction(**r) for r in rows]

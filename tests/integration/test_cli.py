@@ -49,7 +49,7 @@ def test_store_recall_list_context_forget(service_env: dict[str, str], store: Me
                                           agent: str) -> None:
     stored = memoryd(service_env, "store", agent, "The user prefers dark mode.",
                      "--category", "preference", "--tag", "ui", "--importance", "0.9",
-                     "--metadata", '{"origin": "cli"}')
+                     "--metadata", "origin=cli")
     match = re.fullmatch(rf"stored ({UUID_RE})\n", stored.stdout)
     assert match, stored.stdout
     memory_id = match.group(1)
@@ -107,6 +107,161 @@ def test_client_command_validation_error_exits_2(service_env: dict[str, str]) ->
     assert done.returncode == 2
     assert done.stderr.strip().endswith("ValidationError: agent_id: must be a non-empty string")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.usefixtures("worker")
+def test_store_takes_metadata_as_repeatable_key_values_and_prints_only_its_result(
+        service_env: dict[str, str], store: MemoryStore, agent: str) -> None:
+    stored = memoryd(service_env, "store", agent, "The atlas project ships in May.",
+                     "--metadata", "project=atlas", "--metadata", "priority=2",
+                     "--metadata", 'owners=["ana", "bo"]', "--metadata", "note=a=b {",
+                     "--metadata", "flag=true")
+    match = re.fullmatch(rf"stored ({UUID_RE})\n", stored.stdout)
+    assert match, stored.stdout
+    assert stored.stderr == ""
+    with store.session() as session:
+        metadata = session.execute(text("SELECT metadata FROM memories WHERE id = :id"),
+                                   {"id": match.group(1)}).scalar_one()
+    assert metadata == {"project": "atlas", "priority": 2, "owners": ["ana", "bo"],
+                        "note": "a=b {", "flag": True}
+    # The same pairs find it again through --where.
+    hits = as_json(memoryd(service_env, "recall", agent, "when does atlas ship?", "--json",
+                           "--where", "project=atlas", "--where", "priority=2"))
+    assert [h["memory"]["id"] for h in hits] == [match.group(1)]
+
+    bad = memoryd(service_env, "store", agent, "Another memory.", "--metadata", "project",
+                  check=False)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == ("memoryd: error: ValidationError: metadata: expected NAME=VALUE, "
+                          "got 'project'\n")
+    with store.session() as session:
+        assert session.execute(text("SELECT count(*) FROM memories WHERE agent_id = :a"),
+                               {"a": agent}).scalar_one() == 1
+
+
+def test_jobs_run_takes_params_as_key_values_and_prints_only_its_result(
+        service_env: dict[str, str], store: MemoryStore, agent: str) -> None:
+    expired_id = _expired_memory(store, agent)
+    done = memoryd(service_env, "jobs", "run", "evict", "--param", "max_age_days=60",
+                   "--param", "cap=500", "--dry-run")
+    assert re.fullmatch(r"evict: ok \(run (\d+)\) \{.*\}\n", done.stdout), done.stdout
+    assert done.stderr == ""
+    with store.session() as session:
+        params = session.execute(text(
+            "SELECT params FROM maintenance_runs WHERE job = 'evict'")).scalar_one()
+    assert params == {"max_age_days": 60, "cap": 500}
+
+    expired = memoryd(service_env, "jobs", "run", "expire", "--agent", agent, "--json")
+    assert as_json(expired)["stats"]["expired"] == 1 and expired.stderr == ""
+    assert expired_id not in _memory_ids(store, agent)
+
+
+def test_a_wrong_job_parameter_or_job_name_is_refused_with_the_valid_ones(
+        service_env: dict[str, str], store: MemoryStore) -> None:
+    import inspect
+
+    from memoryd.memory.maintenance.evict import evict
+    from memoryd.schedules.names import JOB_NAMES
+
+    wrong = memoryd(service_env, "jobs", "run", "evict", "--param", "max_age=60",
+                    check=False)
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    [line] = wrong.stderr.splitlines()
+    assert line.startswith("memoryd: error: ValidationError: params.max_age: is not a "
+                           "parameter of job 'evict'; its parameters: ")
+    named = line.rpartition("its parameters: ")[2].split(", ")
+    assert named == [*list(inspect.signature(evict).parameters)[1:], "batch_size"]
+    with store.session() as session:  # refused before any run was recorded
+        assert session.execute(text("SELECT count(*) FROM maintenance_runs")).scalar_one() == 0
+
+    unknown = memoryd(service_env, "jobs", "run", "evicct", check=False)
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "invalid choice: 'evicct'" in unknown.stderr
+    assert all(repr(job) in unknown.stderr for job in JOB_NAMES)
+    usage = memoryd(service_env, "jobs", "run", "--help").stdout
+    assert "--param NAME=VALUE" in usage and "JSON, else a string" in usage
+
+
+def test_jobs_list_shows_each_job_with_its_queue_schedule_and_parameters(
+        service_env: dict[str, str]) -> None:
+    from memoryd.schedules.names import JOB_NAMES
+
+    env = {**service_env, "MEMORYD_SCHEDULE_CORTEX": "off",
+           "MEMORYD_SCHEDULE_EVICT": "15 2 * * *", "MEMORYD_MAINTENANCE_BATCH_SIZE": "321"}
+    jobs = {job["job"]: job for job in as_json(memoryd(env, "jobs", "list", "--json"))}
+    assert list(jobs) == list(JOB_NAMES)
+    assert {job["queue"] for job in jobs.values()} == {"maintenance"}
+    assert (jobs["cortex"]["schedule"], jobs["evict"]["schedule"]) == ("off", "15 2 * * *")
+    assert jobs["expire"]["schedule"] == "0 * * * *"
+    evict = {p["name"]: (p["type"], p["default"]) for p in jobs["evict"]["parameters"]}
+    assert evict["max_age_days"] == ("float", 30) and evict["cap"] == ("int", 10000)
+    assert evict["batch_size"] == ("int", 321)  # the setting's value
+    assert [p["name"] for p in jobs["index_agents"]["parameters"]] == ["batch_size"]
+    assert jobs["expire"]["description"] == "Remove memories whose expires_at has passed."
+
+    human = memoryd(env, "jobs", "list")
+    assert human.stderr == ""
+    assert "evict: queue maintenance, schedule 15 2 * * * (UTC)\n" in human.stdout
+    assert "cortex: queue maintenance, schedule off\n" in human.stdout
+    assert re.search(r"^    merge\s+bool\s+true$", human.stdout, re.MULTILINE), human.stdout
+    assert re.search(r"^    batch_size\s+int\s+321$", human.stdout, re.MULTILINE)
+
+
+def test_evicted_list_shows_evictions_and_merges_with_their_survivor_and_restore_command(
+        service_env: dict[str, str], store: MemoryStore, agent: str) -> None:
+    from tests.support.maint import add, days_ago
+
+    expired_id = _expired_memory(store, agent)
+    loser = add(store, agent, "Hello, World!", created_at=days_ago(3))
+    survivor = add(store, agent, "hello world", created_at=days_ago(2))
+    other_agent = f"{agent}-other"
+    add(store, other_agent, "Good bye, World!", created_at=days_ago(3))
+    add(store, other_agent, "good bye world", created_at=days_ago(2))
+    memoryd(service_env, "jobs", "run", "expire")
+    memoryd(service_env, "jobs", "run", "deduplicate")
+
+    rows = as_json(memoryd(service_env, "evicted", "list", "--agent", agent, "--json"))
+    assert [(r["memory_id"], r["reason"], r["survivor_id"]) for r in rows] == [
+        (str(loser), "duplicate", str(survivor)), (expired_id, "expired", None)]
+    assert all("content" not in r and r["agent_id"] == agent for r in rows)
+    assert rows[0]["eviction_id"] > rows[1]["eviction_id"]  # newest first
+    assert all(r["restore"].endswith(f" restore {r['eviction_id']}") for r in rows)
+    merged = as_json(memoryd(service_env, "evicted", "list", "--reason", "duplicate",
+                             "--json"))
+    assert {r["agent_id"] for r in merged} == {agent, other_agent}
+    assert {r["reason"] for r in merged} == {"duplicate"}
+
+    human = memoryd(service_env, "evicted", "list", "--agent", agent)
+    assert human.stderr == ""
+    lines = human.stdout.splitlines()
+    assert lines[0].split() == ["eviction", "agent", "reason", "evicted", "memory", "survivor"]
+    assert lines[2].split()[2:3] == ["duplicate"] and lines[2].endswith(str(survivor))
+    assert "Hello" not in human.stdout and "reminder" not in human.stdout  # no contents
+    assert lines[-1].endswith(f"restore {rows[0]['eviction_id']})")
+    shown = memoryd(service_env, "evicted", "list", "--agent", agent, "--show-content")
+    assert shown.stdout.splitlines()[0].split()[-1] == "content"
+    assert "Hello, World!" in shown.stdout
+
+    # The command printed restores the memory, run as printed.
+    done = subprocess.run(["bash", "-c", rows[1]["restore"]], env=service_env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"restored {expired_id}\n", "")
+    assert expired_id in _memory_ids(store, agent)
+    left = as_json(memoryd(service_env, "evicted", "list", "--agent", agent, "--json"))
+    assert [r["memory_id"] for r in left] == [str(loser)]
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_worker_at_info_logs_no_line_per_task(worker: Any, client: Any, agent: str) -> None:
+    before = worker.log_path.stat().st_size
+    for i in range(20):
+        client.store(agent, f"Quiet memory number {i}.")
+    assert client.recall(agent, "quiet memory")  # each store finished before this ran
+    with worker.log_path.open("rb") as log:
+        log.seek(before)
+        since = log.read().decode(errors="replace")
+    # Celery's "Task memoryd.store[<id>] received" and "... succeeded in 0.01s".
+    assert not re.search(r"Task memoryd\.\w+\[", since), since[-2000:]
 
 
 def _expired_memory(store: MemoryStore, agent: str) -> str:

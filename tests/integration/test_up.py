@@ -362,6 +362,52 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         screen.close()
 
 
+def test_up_says_it_is_up_only_once_its_workers_and_gateway_answer(up_dir: Path) -> None:
+    import httpx
+    from celery import Celery
+
+    env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))
+    gateway_port = _port()
+    up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
+                           "--gateway-port", str(gateway_port)], env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert up.stdout is not None
+    output = _Lines(up.stdout)
+    app = None
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while output.next(timeout=max(0.1, deadline - time.monotonic())) != "memoryd is up:\n":
+            pass
+        # Checked at once: the gateway is ready, and both workers answer over the broker.
+        ready = httpx.get(f"http://127.0.0.1:{gateway_port}/readyz", timeout=10)
+        assert ready.status_code == 200, ready.text
+        runtime = json.loads((up_dir / "runtime.json").read_text())
+        app = Celery("memoryd-test-up", broker=runtime["broker_url"], set_as_current=False)
+        app.conf.update(accept_content=["json"])
+        answered = {reply["pid"] for reply in
+                    (app.control.inspect(timeout=5.0).stats() or {}).values()}
+        assert {runtime["children"]["worker-memory"],
+                runtime["children"]["worker-maintenance"]} <= answered, answered
+
+        # One-off commands from another shell print their result and nothing else (they
+        # share the stack's embedded PostgreSQL); the workers log no line per task.
+        for command, result in ((("store", "agent-1", "User prefers dark mode"),
+                                 r"stored [0-9a-f-]{36}\n"),
+                                (("jobs", "run", "expire"), r"expire: ok \(run \d+\) \{.*\}\n")):
+            done = subprocess.run([sys.executable, "-m", "memoryd", *command], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            assert re.fullmatch(result, done.stdout) and done.stderr == "", (command, done)
+        assert "Task memoryd." not in output.drained()
+        os.killpg(up.pid, signal.SIGINT)
+        assert up.wait(STOP_TIMEOUT_S) == 0, output.drained()
+    finally:
+        if app is not None:
+            app.close()
+        _reap(up)
+
+
 def test_a_second_up_on_a_data_directory_in_use_is_refused_at_once_and_changes_nothing(
         up_dir: Path) -> None:
     env = _clean_env(MEMORYD_DATA_DIR=str(up_dir))

@@ -179,6 +179,23 @@ def test_third_party_chatter_is_kept_at_warning(json_logs: io.StringIO) -> None:
     ]
 
 
+def test_celery_lines_for_each_task_show_at_debug_only(json_logs: io.StringIO) -> None:
+    def logged(level: str) -> list[object]:
+        json_logs.truncate(0)
+        json_logs.seek(0)
+        mlog.configure(level=level, json=True, force=True, stream=json_logs)
+        logging.getLogger("celery.worker.strategy").info("Task memoryd.store[1] received")
+        logging.getLogger("celery.app.trace").info("Task memoryd.store[1] succeeded in 0.01s")
+        logging.getLogger("celery.app.trace").error("Task memoryd.store[2] raised")
+        return [line["event"] for line in _lines(json_logs)]
+
+    assert logged("INFO") == ["Task memoryd.store[2] raised"]
+    assert logged("debug") == ["Task memoryd.store[1] received",
+                               "Task memoryd.store[1] succeeded in 0.01s",
+                               "Task memoryd.store[2] raised"]
+    assert logged("INFO") == ["Task memoryd.store[2] raised"]  # quiet again
+
+
 def test_deriving_the_int8_model_logs_nothing(tmp_path: Path) -> None:
     """Once per data directory, on the first start of the memory workers: it used to
     print some forty lines per worker process."""

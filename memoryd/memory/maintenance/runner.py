@@ -93,8 +93,28 @@ RUNNER_PARAMS = frozenset({"batch_size"})
 MAX_BATCH_SIZE = 1_000_000
 
 
+@dataclass(frozen=True)
+class JobParameter:
+    """One parameter a job takes: its name, its type as written, its default."""
+
+    name: str
+    type: str
+    default: Any
+
+
+def job_parameters(job_name: str, batch_size: int | None = None) -> list[JobParameter]:
+    """The parameters job ``job_name`` takes, read from its function's signature, then
+    the runner's own (``batch_size``, whose default is the store's setting, passed in).
+    A job that takes ``**params`` checks them itself and lists none of them."""
+    found = [JobParameter(p.name, str(p.annotation), p.default)
+             for p in inspect.signature(job_function(job_name)).parameters.values()
+             if p.name != "ctx" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return [*found, JobParameter("batch_size", "int", batch_size)]
+
+
 def _check_params(job_name: str, fn: JobFn, params: Mapping[str, Any]) -> None:
-    """Refuse a parameter the job does not take, naming it, before anything runs."""
+    """Refuse a parameter the job does not take, naming it and the ones it takes,
+    before anything runs."""
     if "batch_size" in params:
         check.limit(params["batch_size"], "params.batch_size", MAX_BATCH_SIZE)
     accepted = inspect.signature(fn).parameters
@@ -102,7 +122,9 @@ def _check_params(job_name: str, fn: JobFn, params: Mapping[str, Any]) -> None:
         return
     for name in params:
         if (name not in accepted and name not in RUNNER_PARAMS) or name == "ctx":
-            raise ValidationError(f"params.{name}", f"is not a parameter of job {job_name!r}")
+            valid = [p.name for p in job_parameters(job_name)]
+            raise ValidationError(f"params.{name}", f"is not a parameter of job {job_name!r}; "
+                                                    f"its parameters: {', '.join(valid)}")
 
 
 def run_to_completion(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
