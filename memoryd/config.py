@@ -22,6 +22,12 @@ from memoryd.errors import ConfigError, NoBrokerConfigured
 from memoryd.process import GLOBALS
 
 _SCHEDULE_PREFIX = "MEMORYD_SCHEDULE_"
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+
+
+def is_rabbitmq(url: str) -> bool:
+    """Whether a broker URL names RabbitMQ (otherwise memoryd speaks to Redis)."""
+    return url.startswith(AMQP_SCHEMES)
 
 
 def default_data_dir() -> Path:
@@ -175,8 +181,6 @@ class Settings(BaseSettings):
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         # Celery 5 has no result backend on AMQP but its rpc:// one, which cannot forget
         # results or serve another process: RabbitMQ brokers keep results in Redis.
-        from memoryd.broker import is_rabbitmq
-
         if is_rabbitmq(self.broker_url or "") and not self.result_backend:
             raise ValueError("with a RabbitMQ broker (MEMORYD_BROKER_URL=amqp://...) set "
                              "MEMORYD_RESULT_BACKEND to a Redis URL for task results")
