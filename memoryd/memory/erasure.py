@@ -37,11 +37,7 @@ from sqlalchemy import text
 
 from memoryd import validation as check
 from memoryd.errors import Unavailable
-from memoryd.memory.maintenance.index_agents import (
-    drop_agent_index,
-    existing_indexes,
-    index_name,
-)
+from memoryd.memory.agent_indexes import drop_agent_index, existing_indexes, index_name
 from memoryd.types import Erasure
 
 if TYPE_CHECKING:
