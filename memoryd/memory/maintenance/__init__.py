@@ -1,6 +1,6 @@
 """Maintenance jobs: plain functions over the store, each returning typed stats.
 
-Which jobs exist, and when they run, is the schedule table's business
+Which jobs exist is ``jobs.JOBS``; when they run is the schedule table's business
 (``memoryd.schedules.table``). ``run_job`` takes a job's fleet-wide advisory lock,
 records the run in ``maintenance_runs`` and calls the job function;
 ``run_to_completion`` repeats it until the work is done.
