@@ -11,6 +11,7 @@ or the models at run time: the thin client imports this module through ``config`
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ class Globals:
 
 
 GLOBALS = Globals()
+
+# Ctrl-C, a supervisor, the terminal closing: each stops a long-running command cleanly,
+# so that what it started (the embedded PostgreSQL, child processes) is stopped too.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def reset(*, after_fork: bool = False) -> None:
