@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memoryd.errors import ConfigError, NoBrokerConfigured
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 
 _SCHEDULE_PREFIX = "MEMORYD_SCHEDULE_"
 AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
@@ -252,17 +252,17 @@ def _load() -> Settings:
         raise ConfigError(f"invalid memoryd configuration: {problems}") from None
 
 
+_SETTINGS: Slot[Settings] = Slot("settings")
+
+
 def get_settings() -> Settings:
     """The process's settings, validated once (kept in ``memoryd.process``)."""
-    with GLOBALS.lock:
-        if GLOBALS.settings is None:
-            GLOBALS.settings = _load()
-        return GLOBALS.settings
+    return _SETTINGS.get(_load)
 
 
 def reset_settings() -> None:
     """Read the settings again on next use (after changing the environment)."""
-    GLOBALS.settings = None
+    _SETTINGS.clear()
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from memoryd.celery_config import MAINTENANCE_TASK_PREFIX
 from memoryd.db import faults
 from memoryd.errors import MemorydError, NotFound, ValidationError
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 from memoryd.redaction import redacted, summarize
 from memoryd.worker import app
 
@@ -34,17 +34,22 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     DBAPIError, BrokerOperationalError, ConnectionError,
 )
 
+_STORE: Slot[MemoryStore] = Slot("store")
+
+
 def get_store() -> MemoryStore:
     """The process's store, on the process engine (built on first use, kept in
     ``memoryd.process``)."""
-    with GLOBALS.lock:
-        if GLOBALS.store is None:
-            from memoryd.db.engine import get_engine
-            from memoryd.memory.store import MemoryStore
+    return _STORE.get(_new_store)
 
-            GLOBALS.store = MemoryStore(engine=get_engine())
-            GLOBALS.store.index_watch.request = request_index_build
-        return GLOBALS.store
+
+def _new_store() -> MemoryStore:
+    from memoryd.db.engine import get_engine
+    from memoryd.memory.store import MemoryStore
+
+    store = MemoryStore(engine=get_engine())
+    store.index_watch.request = request_index_build
+    return store
 
 
 def request_index_build(agent_id: str) -> None:
