@@ -50,3 +50,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("memoryd.cli", "memoryd.__main__")),
     ("facade", ("memoryd",)),
 )
+
+# The thin client and the framework adapters run where the server's dependencies are
+# not installed: what they load at run time, directly or through other modules, lies in
+# these layers.
+THIN = ("memoryd.client", "memoryd.integrations")
+THIN_LAYERS = ("base", "broker", "client", "integrations")

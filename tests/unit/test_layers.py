@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import memoryd
-from memoryd.layers import LAYERS
+from memoryd.layers import LAYERS, THIN, THIN_LAYERS
 
 PACKAGE = Path(memoryd.__file__).parent
 MIGRATIONS = PACKAGE / "db" / "migrations"  # run by Alembic, never imported by memoryd
@@ -187,6 +187,22 @@ def test_no_modules_import_each_other_in_a_circle(counted: tuple[str, ...]) -> N
     edges = [edge for edge in IMPORTS if edge.kind in counted]
     found = [_describe(component, edges) for component in cycles(edges)]
     assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_the_thin_client_and_the_adapters_load_nothing_of_the_server() -> None:
+    runtime: dict[str, set[str]] = {}
+    for edge in IMPORTS:
+        if edge.kind != "type-checking":
+            runtime.setdefault(edge.source, set()).add(edge.target)
+    thin = [m for m in MODULES if any(m == t or m.startswith(t + ".") for t in THIN)]
+    loaded, todo = set(thin), list(thin)
+    while todo:
+        for target in runtime.get(todo.pop(), ()):
+            if target not in loaded:
+                loaded.add(target)
+                todo.append(target)
+    allowed = {index for index, (name, _) in enumerate(LAYERS) if name in THIN_LAYERS}
+    assert sorted(m for m in loaded if layer_of(m) not in allowed) == []
 
 
 def test_the_reader_sees_the_imports_the_tests_judge() -> None:
