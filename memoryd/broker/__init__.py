@@ -8,8 +8,9 @@ RabbitMQ (``amqp://``) gives a dead consumer's messages back as soon as its conn
 drops; memoryd declares its queues as quorum queues, which count deliveries themselves
 and stop redelivering at a limit.
 
-Nothing here imports worker code: the thin client builds its queues from this module
-too, so client and worker always declare the same queues."""
+The broker layer, just above the base modules (``memoryd.layers``), of which it imports
+only the settings: the thin client builds its queues from this module too, so client
+and worker always declare the same queues."""
 
 from __future__ import annotations
 
