@@ -1,7 +1,9 @@
 """memoryd: long-term memory for fleets of LLM agents.
 
 ``MemoryStore`` (the server-side API) is imported lazily, so that
-``from memoryd.client import MemoryClient`` never pulls in SQLAlchemy.
+``from memoryd.client import MemoryClient`` never pulls in SQLAlchemy. The package
+itself is the top of the layers (``memoryd.layers``): it re-exports from any of them,
+and no module of memoryd imports these names from it.
 """
 
 from __future__ import annotations

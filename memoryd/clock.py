@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
+
+# A fake clock a test installed, if any.
+_FAKE: Slot[Callable[[], datetime]] = Slot("clock")
 
 
 def now() -> datetime:
     """The current time, timezone-aware UTC."""
-    fake = GLOBALS.clock
+    fake = _FAKE.value
     return fake() if fake is not None else datetime.now(UTC)
 
 
 def set_clock(fn: Callable[[], datetime] | None) -> None:
     """Install a fake clock (tests), or restore the real one with None."""
-    GLOBALS.clock = fn
+    _FAKE.value = fn

@@ -19,9 +19,15 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memoryd.errors import ConfigError, NoBrokerConfigured
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 
 _SCHEDULE_PREFIX = "MEMORYD_SCHEDULE_"
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+
+
+def is_rabbitmq(url: str) -> bool:
+    """Whether a broker URL names RabbitMQ (otherwise memoryd speaks to Redis)."""
+    return url.startswith(AMQP_SCHEMES)
 
 
 def default_data_dir() -> Path:
@@ -199,8 +205,6 @@ class Settings(BaseSettings):
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         # Celery 5 has no result backend on AMQP but its rpc:// one, which cannot forget
         # results or serve another process: RabbitMQ brokers keep results in Redis.
-        from memoryd.broker import is_rabbitmq
-
         if is_rabbitmq(self.broker_url or "") and not self.result_backend:
             raise ValueError("with a RabbitMQ broker (MEMORYD_BROKER_URL=amqp://...) set "
                              "MEMORYD_RESULT_BACKEND to a Redis URL for task results")
@@ -272,17 +276,17 @@ def _load() -> Settings:
         raise ConfigError(f"invalid memoryd configuration: {problems}") from None
 
 
+_SETTINGS: Slot[Settings] = Slot("settings")
+
+
 def get_settings() -> Settings:
     """The process's settings, validated once (kept in ``memoryd.process``)."""
-    with GLOBALS.lock:
-        if GLOBALS.settings is None:
-            GLOBALS.settings = _load()
-        return GLOBALS.settings
+    return _SETTINGS.get(_load)
 
 
 def reset_settings() -> None:
     """Read the settings again on next use (after changing the environment)."""
-    GLOBALS.settings = None
+    _SETTINGS.clear()
 
 
 @contextmanager

@@ -8,21 +8,20 @@ RabbitMQ (``amqp://``) gives a dead consumer's messages back as soon as its conn
 drops; memoryd declares its queues as quorum queues, which count deliveries themselves
 and stop redelivering at a limit.
 
-Nothing here imports worker code: the thin client builds its queues from this module
-too, so client and worker always declare the same queues."""
+The broker layer, just above the base modules (``memoryd.layers``), of which it imports
+only the settings: the thin client builds its queues from this module too, so client
+and worker always declare the same queues."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kombu.entity import Exchange, Queue
 
-if TYPE_CHECKING:  # config checks broker URLs with this module: no cycle at run time
-    from memoryd.config import Settings
+from memoryd.config import Settings, is_rabbitmq
 
 # The task queues (also in ``celery_config``, which imports this module).
 QUEUES = ("memory", "maintenance")
-AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
 # Quorum queues dead-letter a message on their own this many deliveries after memoryd's
 # guard should have: a backstop for a guard that could not record it (database down).
 BROKER_LIMIT_MARGIN = 3
@@ -94,10 +93,6 @@ class RabbitBroker:
             except Exception:  # not declared yet: no worker started; the channel is closed
                 channel = channel.connection.channel()
         return lengths
-
-
-def is_rabbitmq(url: str) -> bool:
-    return url.startswith(AMQP_SCHEMES)
 
 
 def broker_for(url: str) -> Broker:

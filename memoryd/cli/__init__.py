@@ -1,4 +1,6 @@
-"""The ``memoryd`` command: start the stack, run workers, talk to memory, operate jobs."""
+"""The ``memoryd`` command: start the stack, run workers, talk to memory, operate jobs.
+
+The top layer (``memoryd.layers``): it may import every other; nothing imports it."""
 
 from __future__ import annotations
 

@@ -11,11 +11,9 @@ from typing import Any
 import structlog
 
 from memoryd.broker import QUEUES
+from memoryd.process import STOP_SIGNALS
 
 log = structlog.get_logger(__name__)
-# Ctrl-C, a supervisor, the terminal closing: each stops a long-running command cleanly,
-# so that what it started (the embedded PostgreSQL, child processes) is stopped too.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def register(commands: Any) -> None:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from memoryd.cli import flower_login, stack_dir
-from memoryd.cli.services import STOP_SIGNALS
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
     SERVICE_USER,
@@ -39,6 +38,7 @@ from memoryd.embedded._proc import (
 )
 from memoryd.errors import EmbeddedServiceError
 from memoryd.private_files import private_dir, write_private
+from memoryd.process import STOP_SIGNALS
 from memoryd.redaction import scrub
 
 if TYPE_CHECKING:

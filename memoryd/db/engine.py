@@ -14,7 +14,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from memoryd.config import get_settings
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 
 # A pooled connection idle for longer than this is pinged before use (see make_engine).
 PING_AFTER_IDLE_S = 5.0
@@ -86,12 +86,17 @@ def database_url() -> str:
     return use_default()
 
 
+def _dispose(engine: Engine, after_fork: bool) -> None:
+    """A forked child drops its parent's pooled connections without closing them."""
+    engine.dispose(close=not after_fork)
+
+
+_ENGINE: Slot[Engine] = Slot("engine", forget=_dispose)
+
+
 def get_engine() -> Engine:
     """The process-wide engine, created on first use (kept in ``memoryd.process``)."""
-    with GLOBALS.lock:
-        if GLOBALS.engine is None:
-            GLOBALS.engine = make_engine(database_url())
-        return GLOBALS.engine
+    return _ENGINE.get(lambda: make_engine(database_url()))
 
 
 _factories: weakref.WeakKeyDictionary[Engine, sessionmaker[Session]] = weakref.WeakKeyDictionary()

@@ -8,21 +8,59 @@ and, if there is none, calls the store's ``request`` (in a worker: enqueue the j
 maintenance queue). Each agent is looked at once per ``RECHECK_S`` per process, so an
 agent crossing the line gets one request per process, not one per recall; the job itself
 takes a fleet-wide lock and builds an index only where one is missing, so requests from
-several processes still build it once."""
+several processes still build it once.
+
+The indexes' names and the lookups and drops that recall and erasure need live here too;
+the job that builds them (``maintenance.index_agents``) stands on this module."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy import text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.orm import Session
 
-from memoryd.memory.maintenance.index_agents import index_name
 from memoryd.memory.recall import agent_count
 
 RECHECK_S = 600.0
+# Every per-agent index is named with this prefix; the ``index_agents`` maintenance job
+# builds them, erasing an agent drops its own.
+INDEX_PREFIX = "ix_memories_agent_hnsw_"
+
+
+def index_name(agent_id: str) -> str:
+    """The name of ``agent_id``'s index: derived from the agent id, which may hold any
+    character and be longer than an identifier."""
+    return INDEX_PREFIX + hashlib.md5(agent_id.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
+def existing_indexes(conn: Connection) -> dict[str, bool]:
+    """memoryd's per-agent indexes on ``memories``: name -> valid (an interrupted
+    concurrent build leaves an invalid one)."""
+    rows = conn.execute(text("""
+        SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
+    """), {"prefix": INDEX_PREFIX}).all()
+    return {str(r.relname): bool(r.indisvalid) for r in rows}
+
+
+def drop_index(conn: Connection, name: str) -> None:
+    """Drop one of the per-agent indexes without blocking recall or writes."""
+    conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'))
+
+
+def drop_agent_index(engine: Engine, agent_id: str) -> bool:
+    """Drop ``agent_id``'s own index, if it has one (erasing the agent: its definition
+    names the agent); whether it had one."""
+    name = index_name(agent_id)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if name not in existing_indexes(conn):
+            return False
+        drop_index(conn, name)
+    return True
 
 
 class IndexWatch:

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from memoryd.errors import ConfigError
 from memoryd.private_files import private_dir
-from memoryd.process import GLOBALS
+from memoryd.process import LOCK, Slot
 
 if TYPE_CHECKING:
     from memoryd.config import Settings
@@ -187,6 +187,13 @@ class MiniLMEmbedder:
         return unit
 
 
+# The process's embedders: of stored memories, of recall queries, and of models other
+# than the configured one (by int8-ness: ``embedder_for``).
+_EMBEDDER: Slot[Embedder] = Slot("embedder")
+_QUERY_EMBEDDER: Slot[Embedder] = Slot("query_embedder")
+_OTHERS: Slot[dict[bool, Embedder]] = Slot("other_embedders")
+
+
 def configured_model(settings: Settings) -> str:
     """The model new memories are embedded with (recall queries may use its int8
     rendition: ``get_query_embedder``)."""
@@ -206,24 +213,21 @@ def embedder_for(model: str, *, query: bool = False) -> Embedder:
         raise ConfigError(f"memories embedded by {model!r}, a model this memoryd cannot "
                           f"load (it knows {', '.join(MODELS)})")
     int8 = model == MINILM_INT8 or (query and settings.query_embed_int8)
-    with GLOBALS.lock:
+    others = _OTHERS.get(dict)
+    with LOCK:
         # One embedder per rendition serves both roles: a query (one text) runs on its
         # one-thread session anyway (``MiniLMEmbedder``).
-        if int8 not in GLOBALS.other_embedders:
-            GLOBALS.other_embedders[int8] = MiniLMEmbedder(threads=settings.embed_threads,
-                                                           int8=int8)
-        return GLOBALS.other_embedders[int8]
+        if int8 not in others:
+            others[int8] = MiniLMEmbedder(threads=settings.embed_threads, int8=int8)
+        return others[int8]
 
 
 def get_embedder() -> Embedder:
     """The process-wide embedder of stored memories, loaded once (kept in
     ``memoryd.process``)."""
-    with GLOBALS.lock:
-        if GLOBALS.embedder is None:
-            from memoryd.config import get_settings
+    from memoryd.config import get_settings
 
-            GLOBALS.embedder = MiniLMEmbedder(threads=get_settings().embed_threads)
-        return GLOBALS.embedder
+    return _EMBEDDER.get(lambda: MiniLMEmbedder(threads=get_settings().embed_threads))
 
 
 def get_query_embedder() -> Embedder:
@@ -235,10 +239,7 @@ def get_query_embedder() -> Embedder:
     settings = get_settings()
     if settings.embed_int8 or not settings.query_embed_int8:
         return get_embedder()
-    with GLOBALS.lock:
-        if GLOBALS.query_embedder is None:
-            GLOBALS.query_embedder = MiniLMEmbedder(threads=1, int8=True)
-        return GLOBALS.query_embedder
+    return _QUERY_EMBEDDER.get(lambda: MiniLMEmbedder(threads=1, int8=True))
 
 
 def to_pgvector(vector: npt.NDArray[np.float32]) -> str:

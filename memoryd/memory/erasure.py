@@ -29,25 +29,34 @@ import hashlib
 import json
 import re
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
-from sqlalchemy import text
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
 
 from memoryd import validation as check
+from memoryd.config import Settings
 from memoryd.errors import Unavailable
-from memoryd.memory.maintenance.index_agents import (
-    drop_agent_index,
-    existing_indexes,
-    index_name,
-)
+from memoryd.memory.agent_indexes import drop_agent_index, existing_indexes, index_name
 from memoryd.types import Erasure
 
-if TYPE_CHECKING:
-    from memoryd.memory.store import MemoryStore
-
 log = structlog.get_logger(__name__)
+
+
+class Database(Protocol):
+    """What erasure uses of a ``MemoryStore``: the store offers ``forget_agent`` by
+    calling this module, which therefore names the store only by this shape."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    def session(self) -> AbstractContextManager[Session]: ...
 
 JOB = "forget_agent"
 ERASED = "<erased>"
@@ -109,7 +118,7 @@ def agent_digest(agent_id: str) -> str:
     return hashlib.sha256(agent_id.encode("utf-8")).hexdigest()
 
 
-def forget_agent(store: MemoryStore, agent_id: str, *, batch_size: int | None = None,
+def forget_agent(store: Database, agent_id: str, *, batch_size: int | None = None,
                  time_budget_s: float | None = None) -> Erasure:
     """Erase everything memoryd holds of ``agent_id`` (see the module docstring), at
     most ``batch_size`` rows per transaction (default: the maintenance batch size),
@@ -133,7 +142,7 @@ def forget_agent(store: MemoryStore, agent_id: str, *, batch_size: int | None = 
             lock.commit()
 
 
-def preview(store: MemoryStore, agent_id: str) -> Erasure:
+def preview(store: Database, agent_id: str) -> Erasure:
     """What ``forget_agent`` would remove now: rows per table, and whether the agent has
     an index of its own. Changes nothing."""
     agent = check.agent_id(agent_id)
@@ -149,7 +158,7 @@ def preview(store: MemoryStore, agent_id: str) -> Erasure:
                    complete=False)
 
 
-def _erase(store: MemoryStore, agent: str, batch: int, deadline: float | None) -> Erasure:
+def _erase(store: Database, agent: str, batch: int, deadline: float | None) -> Erasure:
     digest = agent_digest(agent)
     run_id = _open_run(store, digest)
     started = time.monotonic()
@@ -187,7 +196,7 @@ def _params(session: Any, agent: str) -> dict[str, Any]:
             "error_removed": ERROR_REMOVED}
 
 
-def _run_steps(store: MemoryStore, agent: str, batch: int, deadline: float | None
+def _run_steps(store: Database, agent: str, batch: int, deadline: float | None
                ) -> tuple[dict[str, int], dict[str, int], bool]:
     deleted, scrubbed = _tallies()
     with store.session() as session:
@@ -200,7 +209,7 @@ def _run_steps(store: MemoryStore, agent: str, batch: int, deadline: float | Non
     return deleted, scrubbed, True
 
 
-def _in_batches(store: MemoryStore, step: Step, params: dict[str, Any],
+def _in_batches(store: Database, step: Step, params: dict[str, Any],
                 deadline: float | None) -> tuple[int, bool]:
     """Apply ``step`` a batch per transaction until no row matches; (rows, finished),
     unfinished when the deadline passed first."""
@@ -228,7 +237,7 @@ def _in_batches(store: MemoryStore, step: Step, params: dict[str, Any],
 
 # --- the audit: one maintenance_runs row per run, naming the agent by its hash ----------
 
-def _open_run(store: MemoryStore, digest: str) -> int:
+def _open_run(store: Database, digest: str) -> int:
     """Record this run; earlier runs of this agent's erasure still 'running' died (we
     hold the agent's lock), and are recorded as failed."""
     with store.session() as session:
@@ -243,7 +252,7 @@ def _open_run(store: MemoryStore, digest: str) -> int:
         """), {"job": JOB, "h": digest}).scalar_one())
 
 
-def _finish_run(store: MemoryStore, run_id: int, status: str, stats: dict[str, Any],
+def _finish_run(store: Database, run_id: int, status: str, stats: dict[str, Any],
                 error: str | None) -> None:
     with store.session() as session:
         session.execute(text("""

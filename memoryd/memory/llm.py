@@ -34,7 +34,7 @@ from memoryd.memory.llm_fallback import (
     key_terms,
     split_sentences,
 )
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 
 if TYPE_CHECKING:
     import anthropic
@@ -191,9 +191,13 @@ def _as_seconds(raw: str | None) -> float | None:
 
 # --- choosing the LLM -------------------------------------------------------------------------
 
+# The LLM a test installed, if any; otherwise one is chosen from the settings per call.
+_INSTALLED: Slot[LLM] = Slot("llm")
+
+
 def set_llm(llm: LLM | None) -> None:
     """Make ``get_llm`` return ``llm`` in this process (tests); ``None`` resets."""
-    GLOBALS.llm = llm
+    _INSTALLED.value = llm
 
 
 def get_llm(settings: Settings | None = None) -> LLM:
@@ -202,7 +206,7 @@ def get_llm(settings: Settings | None = None) -> LLM:
     Not cached: settings can change between calls (tests), and a job calls this once
     per run, so building a client each time costs little.
     """
-    installed = GLOBALS.llm
+    installed = _INSTALLED.value
     if installed is not None:
         return installed
     if settings is None:

@@ -1,7 +1,8 @@
-"""The one table of maintenance jobs: which jobs exist, what each does, when it runs.
+"""The one table of maintenance jobs: what each does and when it runs.
 
-Each entry takes the job function itself (as arq's ``cron(func)`` does): the job's
-name is the function's name, its description the first paragraph of its docstring.
+Each entry takes the job function itself (as arq's ``cron(func)`` does), from the jobs
+of ``memoryd.memory.maintenance.jobs``: the job's name is the function's name, its
+description the first paragraph of its docstring.
 The job registry (``JOBS``), the Celery tasks (``memoryd.tasks.maintenance``), Celery
 beat (``beat.py``) and the in-process APScheduler mode (``aps.py``) are all derived
 from it, so they cannot drift apart: change a time here (or with
@@ -20,17 +21,8 @@ from typing import TYPE_CHECKING
 
 from memoryd.celery_config import MAINTENANCE_TASK_PREFIX
 from memoryd.errors import ConfigError
-from memoryd.memory.maintenance.compact_sessions import compact_sessions
-from memoryd.memory.maintenance.consolidate import consolidate
 from memoryd.memory.maintenance.context import JobFn
-from memoryd.memory.maintenance.cortex import cortex
-from memoryd.memory.maintenance.deduplicate import deduplicate
-from memoryd.memory.maintenance.evict import evict
-from memoryd.memory.maintenance.expire import expire
-from memoryd.memory.maintenance.index_agents import index_agents
-from memoryd.memory.maintenance.reembed import reembed
-from memoryd.memory.maintenance.repair_sessions import repair_sessions
-from memoryd.memory.maintenance.summarize import summarize
+from memoryd.memory.maintenance.jobs import JOBS as JOB_FUNCTIONS
 from memoryd.schedules.cron import Cron, parse_cron
 
 if TYPE_CHECKING:
@@ -105,20 +97,21 @@ def expires_for(cron: Cron) -> int:
 # minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour,
 # index_agents :45, reembed :50; with nothing to re-embed it ends after a few index
 # probes).
-DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = (
-    scheduled(consolidate, "0 */6 * * *"),
-    scheduled(evict, "0 3 * * *"),
-    scheduled(expire, "0 * * * *"),
-    scheduled(deduplicate, "30 3 * * *"),
-    scheduled(summarize, "0 4 * * *"),
-    scheduled(cortex, "30 */6 * * *"),
-    scheduled(compact_sessions, "15 * * * *"),
-    scheduled(repair_sessions, "0 5 * * *"),
-    scheduled(index_agents, "45 * * * *"),
-    scheduled(reembed, "50 * * * *"),
-)
+DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = tuple(
+    scheduled(JOB_FUNCTIONS[job], cron) for job, cron in (
+        ("consolidate", "0 */6 * * *"),
+        ("evict", "0 3 * * *"),
+        ("expire", "0 * * * *"),
+        ("deduplicate", "30 3 * * *"),
+        ("summarize", "0 4 * * *"),
+        ("cortex", "30 */6 * * *"),
+        ("compact_sessions", "15 * * * *"),
+        ("repair_sessions", "0 5 * * *"),
+        ("index_agents", "45 * * * *"),
+        ("reembed", "50 * * * *"),
+    ))
 
-# Every job by name, in table order: what ``run_job`` runs.
+# Every job's entry by name, in table order.
 JOBS: dict[str, ScheduleEntry] = {entry.job: entry for entry in DEFAULT_SCHEDULE}
 
 

@@ -8,19 +8,24 @@ import re
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
+import structlog
 from celery import Task
 from celery.exceptions import Retry, TaskPredicate
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError
 
+from memoryd.celery_config import MAINTENANCE_TASK_PREFIX
 from memoryd.db import faults
 from memoryd.errors import MemorydError, NotFound, ValidationError
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 from memoryd.redaction import redacted, summarize
+from memoryd.worker import app
 
 if TYPE_CHECKING:
     from memoryd.memory.store import MemoryStore
+
+log = structlog.get_logger(__name__)
 
 # Retried when transient: the broker or the database was briefly unreachable or busy.
 # A database error is judged by its SQLSTATE (``memoryd.db.faults``): one that no retry
@@ -29,18 +34,36 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     DBAPIError, BrokerOperationalError, ConnectionError,
 )
 
+_STORE: Slot[MemoryStore] = Slot("store")
+
+
 def get_store() -> MemoryStore:
     """The process's store, on the process engine (built on first use, kept in
     ``memoryd.process``)."""
-    with GLOBALS.lock:
-        if GLOBALS.store is None:
-            from memoryd.db.engine import get_engine
-            from memoryd.memory.store import MemoryStore
-            from memoryd.tasks.maintenance import request_index_build
+    return _STORE.get(_new_store)
 
-            GLOBALS.store = MemoryStore(engine=get_engine())
-            GLOBALS.store.index_watch.request = request_index_build
-        return GLOBALS.store
+
+def _new_store() -> MemoryStore:
+    from memoryd.db.engine import get_engine
+    from memoryd.memory.store import MemoryStore
+
+    store = MemoryStore(engine=get_engine())
+    store.index_watch.request = request_index_build
+    return store
+
+
+def request_index_build(agent_id: str) -> None:
+    """Run ``index_agents`` now: ``agent_id`` recalled past the index line without an
+    index of its own (``memoryd.memory.agent_indexes``). Never fails the recall. Sent by
+    name (the maintenance tasks are built from the schedule table, above this module)."""
+    try:
+        app.send_task(f"{MAINTENANCE_TASK_PREFIX}index_agents", kwargs={},
+                      argsrepr=summarize(()), kwargsrepr=summarize({}))
+    except Exception as exc:  # the broker is down: the hourly run will build it
+        log.warning("index_agents.request_failed", agent_id=agent_id,
+                    error=type(exc).__name__)
+        return
+    log.info("index_agents.requested", agent_id=agent_id)
 
 
 class MemorydTask(Task):  # type: ignore[misc]

@@ -40,18 +40,6 @@ def run(task: Task, job: str, agent_id: str | None, dry_run: bool,
     return record.as_dict()
 
 
-def request_index_build(agent_id: str) -> None:
-    """Run ``index_agents`` now: ``agent_id`` recalled past the index line without an
-    index of its own (``memoryd.memory.agent_indexes``). Never fails the recall."""
-    try:
-        TASKS["index_agents"].apply_async(kwargs={})
-    except Exception as exc:  # the broker is down: the hourly run will build it
-        log.warning("index_agents.request_failed", agent_id=agent_id,
-                    error=type(exc).__name__)
-        return
-    log.info("index_agents.requested", agent_id=agent_id)
-
-
 def _make_task(entry: ScheduleEntry) -> Task:
     def maintenance_task(self: Task, agent_id: str | None = None, dry_run: bool = False,
                          params: dict[str, Any] | None = None,

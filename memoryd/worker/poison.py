@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import structlog
 from celery.worker import state as worker_state
 
+from memoryd.config import is_rabbitmq
 from memoryd.errors import DeadLettered
 
 log = structlog.get_logger(__name__)
@@ -64,8 +65,6 @@ class QuorumQueueDeliveries:
 
 
 def counter_for(broker_url: str) -> DeliveryCounter:
-    from memoryd.broker import is_rabbitmq
-
     if is_rabbitmq(broker_url):
         return QuorumQueueDeliveries()
     return RedisDeliveries(broker_url)

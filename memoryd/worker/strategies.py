@@ -10,7 +10,7 @@ from typing import Any
 
 from celery.worker.strategy import default as default_strategy
 
-from memoryd.process import GLOBALS
+from memoryd.process import Slot
 from memoryd.worker.poison import DeliveryGuard, counter_for
 
 
@@ -25,17 +25,17 @@ class ConsumerView:
         return getattr(self._consumer, name)
 
 
+# A worker's main process only.
+_GUARD: Slot[DeliveryGuard] = Slot("delivery_guard")
+
+
 def delivery_guard(app: Any) -> DeliveryGuard:
     """The process's guard (one delivery counter per worker), built on first use."""
-    with GLOBALS.lock:
-        if GLOBALS.delivery_guard is None:
-            from memoryd.config import get_settings
+    from memoryd.config import get_settings
 
-            GLOBALS.delivery_guard = DeliveryGuard(
-                counter_for(app.conf.broker_url), get_settings().dead_letter_after,
-                record_dead_letter)
-        guard: DeliveryGuard = GLOBALS.delivery_guard
-        return guard
+    return _GUARD.get(lambda: DeliveryGuard(
+        counter_for(app.conf.broker_url), get_settings().dead_letter_after,
+        record_dead_letter))
 
 
 def record_dead_letter(**fields: Any) -> None:

@@ -60,7 +60,7 @@ def store(_session_store: object) -> object:
     the test."""
     from sqlalchemy import text
 
-    from memoryd.memory.maintenance.index_agents import existing_indexes
+    from memoryd.memory.agent_indexes import existing_indexes
     from memoryd.memory.store import MemoryStore
 
     assert isinstance(_session_store, MemoryStore)

@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from memoryd.client import MemoryClient
-from memoryd.memory.agent_indexes import IndexWatch
-from memoryd.memory.maintenance.index_agents import index_name
+from memoryd.memory.agent_indexes import IndexWatch, index_name
 from memoryd.memory.store import MemoryStore
 from tests.support.workers import redis_db_url
 

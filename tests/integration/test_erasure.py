@@ -24,9 +24,9 @@ from sqlalchemy import text
 from memoryd.client import MemoryClient
 from memoryd.config import override_settings
 from memoryd.memory import dead_letters, erasure
+from memoryd.memory.agent_indexes import existing_indexes, index_name
 from memoryd.memory.maintenance import restore, run_job
 from memoryd.memory.maintenance.evicting import evict_ids
-from memoryd.memory.maintenance.index_agents import existing_indexes, index_name
 from memoryd.memory.store import MemoryStore
 from memoryd.types import Erasure
 from tests.support.cli import as_json, memoryd

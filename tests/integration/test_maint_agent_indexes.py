@@ -15,14 +15,10 @@ from memoryd.config import override_settings
 from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.errors import ValidationError
 from memoryd.memory import recall as rc
+from memoryd.memory.agent_indexes import INDEX_PREFIX, existing_indexes, index_name
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.maintenance import run_job
-from memoryd.memory.maintenance.index_agents import (
-    INDEX_PREFIX,
-    existing_indexes,
-    index_name,
-    plan,
-)
+from memoryd.memory.maintenance.index_agents import plan
 from memoryd.memory.store import MemoryStore
 from tests.support.maint import bulk_insert, run
 from tests.support.plans import generic_plan

@@ -1,10 +1,11 @@
-"""The schedule table is the one list of jobs: the registry, the Celery tasks and the
-thin client's names are derived from it or kept equal to it."""
+"""The jobs are listed once (``memoryd.memory.maintenance.jobs``): the schedule table,
+the Celery tasks and the thin client's names are derived from it or kept equal to it."""
 
 from __future__ import annotations
 
 import inspect
 
+from memoryd.memory.maintenance.jobs import JOBS as JOB_FUNCTIONS
 from memoryd.schedules.names import JOB_NAMES
 from memoryd.schedules.table import DEFAULT_SCHEDULE, JOBS
 
@@ -14,6 +15,11 @@ def test_every_job_of_the_table_is_registered_under_its_function_name() -> None:
     for name, entry in JOBS.items():
         assert entry.fn.__name__ == name
         assert entry.fn.__module__ == f"memoryd.memory.maintenance.{name}"
+
+
+def test_the_table_times_every_job_once_in_the_jobs_order() -> None:
+    assert [(job, entry.fn) for job, entry in JOBS.items()] == list(JOB_FUNCTIONS.items())
+    assert len(DEFAULT_SCHEDULE) == len(JOB_FUNCTIONS)
 
 
 def test_the_thin_clients_job_names_are_the_tables_in_order() -> None:

@@ -439,6 +439,6 @@ def test_an_installed_llm_lives_with_the_other_process_globals() -> None:
 
     fake = FakeLLM([])
     set_llm(fake)
-    assert process.GLOBALS.llm is fake
+    assert process.SLOTS["llm"].value is fake
     set_llm(None)
-    assert process.GLOBALS.llm is None
+    assert process.SLOTS["llm"].value is None

@@ -1,9 +1,10 @@
 """Maintenance jobs: plain functions over the store, each returning typed stats.
 
-Which jobs exist, and when they run, is the schedule table's business
+Which jobs exist is ``jobs.JOBS``; when they run is the schedule table's business
 (``memoryd.schedules.table``). ``run_job`` takes a job's fleet-wide advisory lock,
 records the run in ``maintenance_runs`` and calls the job function;
-``run_to_completion`` repeats it until the work is done.
+``run_to_completion`` repeats it until the work is done. Jobs import the memory layer
+and those below it; schedules, tasks and the CLI call them from above.
 """
 
 from memoryd.memory.maintenance.context import JobContext, JobOutcome

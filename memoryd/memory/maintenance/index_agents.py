@@ -33,19 +33,18 @@ deleted.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
 from memoryd.errors import ValidationError
+from memoryd.memory.agent_indexes import drop_index, existing_indexes, index_name
 from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.recall_sql import sql_literal
 
-INDEX_PREFIX = "ix_memories_agent_hnsw_"
 # The planner weighs every index of ``memories`` for every statement: a fleet gets
 # indexes for its heaviest agents, not for every agent past the line.
 MAX_AGENT_INDEXES = 64
@@ -63,12 +62,6 @@ RECOUNT_SHARE = 0.05
 RECOUNT_AFTER = "24 hours"
 
 
-def index_name(agent_id: str) -> str:
-    """The name of ``agent_id``'s index: derived from the agent id, which may hold any
-    character and be longer than an identifier."""
-    return INDEX_PREFIX + hashlib.md5(agent_id.encode(), usedforsecurity=False).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class IndexPlan:
     """What a run builds, drops and keeps (agent ids; index names for drops)."""
@@ -76,16 +69,6 @@ class IndexPlan:
     build: list[str]
     drop: list[str]
     keep: list[str]
-
-
-def existing_indexes(conn: Connection) -> dict[str, bool]:
-    """memoryd's per-agent indexes on ``memories``: name -> valid (an interrupted
-    concurrent build leaves an invalid one)."""
-    rows = conn.execute(text("""
-        SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
-    """), {"prefix": INDEX_PREFIX}).all()
-    return {str(r.relname): bool(r.indisvalid) for r in rows}
 
 
 def agent_sizes(conn: Connection, at_least: int) -> list[tuple[str, int]]:
@@ -116,21 +99,6 @@ def plan(sizes: list[tuple[str, int]], existing: dict[str, bool], min_memories: 
                   if name not in wanted or not valid)
     keep = [a for a in chosen if a not in build]
     return IndexPlan(build=build, drop=drop, keep=keep)
-
-
-def _drop(conn: Connection, name: str) -> None:
-    conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'))
-
-
-def drop_agent_index(engine: Engine, agent_id: str) -> bool:
-    """Drop ``agent_id``'s own index, if it has one (erasing the agent: its definition
-    names the agent); whether it had one."""
-    name = index_name(agent_id)
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        if name not in existing_indexes(conn):
-            return False
-        _drop(conn, name)
-    return True
 
 
 def _build(conn: Connection, agent_id: str) -> None:
@@ -222,7 +190,7 @@ def index_agents(ctx: JobContext, **params: Any) -> JobOutcome:
 def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
            stats: dict[str, Any], sizes: dict[str, int]) -> JobOutcome:
     for name in todo.drop:
-        _drop(conn, name)
+        drop_index(conn, name)
         stats["dropped"] += 1
     for agent in todo.build:
         if ctx.out_of_time():

@@ -23,6 +23,7 @@ from memoryd import validation as check
 from memoryd.db import faults
 from memoryd.errors import ValidationError
 from memoryd.memory.maintenance.context import JobContext, JobFn
+from memoryd.memory.maintenance.jobs import JOBS
 from memoryd.redaction import describe_error
 
 if TYPE_CHECKING:
@@ -53,13 +54,10 @@ def lock_key(job_name: str) -> str:
 
 
 def job_function(job_name: str) -> JobFn:
-    """The function of the job named ``job_name`` in the schedule table."""
-    # Imported here: the table imports every job module, and they import this package.
-    from memoryd.schedules.table import JOBS
-
+    """The function of the job named ``job_name``."""
     if job_name not in JOBS:
         raise ValidationError("job", f"unknown job {job_name!r}; one of {sorted(JOBS)}")
-    return JOBS[job_name].fn
+    return JOBS[job_name]
 
 
 def run_job(store: MemoryStore, job_name: str, *, agent_id: str | None = None,
