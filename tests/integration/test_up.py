@@ -197,6 +197,14 @@ def _wait_for_runtime(up: subprocess.Popen[bytes], up_dir: Path, log_path: Path
     return found
 
 
+def _wait_until_up(up: subprocess.Popen[bytes], log_path: Path, deadline: float) -> str:
+    """The log once ``memoryd up`` printed its banner: its workers and gateway answer."""
+    while "memoryd is up" not in (text := log_path.read_text()):
+        assert time.monotonic() < deadline and up.poll() is None, text[-4000:]
+        time.sleep(0.5)
+    return text
+
+
 FLOWER_PAGES = ("/", "/tasks", "/tasks/datatable?draw=1&start=0&length=10"
                 "&order[0][column]=0&columns[0][data]=name&order[0][dir]=asc",
                 "/task/{task_id}", "/api/tasks")
@@ -276,13 +284,14 @@ def test_up_starts_everything_from_nothing_and_stops_cleanly_on_ctrl_c(up_dir: P
         assert [h.memory.id for h in hits] == [stored.id]
         client.close()
 
+        banner = _wait_until_up(up, log_path, deadline)
         _nothing_open_to_others(up_dir)
-        _flower_is_behind_its_login(up_dir, runtime, log_path.read_text(), deadline)
-        _gateway_answers_with_the_admin_key(up_dir, runtime["gateway_url"], agent,
-                                            log_path.read_text(), deadline)
+        _flower_is_behind_its_login(up_dir, runtime, banner, deadline)
+        _gateway_answers_with_the_admin_key(up_dir, runtime["gateway_url"], agent, banner,
+                                            deadline)
 
         # The "Try:" hint works as printed, from a shell elsewhere without the venv active.
-        hint = re.search(r"^Try:  (.+ store agent-1 .+)$", log_path.read_text(), re.MULTILINE)
+        hint = re.search(r"^Try:  (.+ store agent-1 .+)$", banner, re.MULTILINE)
         assert hint, log_path.read_text()[-4000:]
         shell = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")}
         tried = subprocess.run(["bash", "-c", hint.group(1)], env=shell, cwd="/",
@@ -446,6 +455,9 @@ def test_a_second_up_on_a_data_directory_in_use_is_refused_at_once_and_changes_n
                 break
             assert time.monotonic() < deadline, status.stdout
             time.sleep(1)
+        # Stopped once it is up: Ctrl-C while it still waits for its services is a stop
+        # during start-up, which a test of its own covers.
+        _wait_until_up(up, log_path, deadline)
         os.killpg(up.pid, signal.SIGINT)
         assert up.wait(STOP_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
         assert not (up_dir / "runtime.json").exists()
