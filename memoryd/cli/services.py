@@ -29,10 +29,16 @@ def register(commands: Any) -> None:
     worker = commands.add_parser("worker", help="run a Celery worker")
     worker.add_argument("--queues", default=",".join(QUEUES),
                         help="comma-separated: memory, maintenance (default both)")
-    worker.add_argument("--concurrency", type=int, default=None)
+    worker.add_argument("--concurrency", type=int, default=None,
+                        help="one prefork node with this many pool processes for all the "
+                             "queues (default: memory consumers, see --processes)")
+    worker.add_argument("--processes", type=int, default=None,
+                        help="consumer processes for the memory queue, each taking and "
+                             "running its own messages (default: one per core)")
     worker.add_argument("--name", default=None,
-                        help="node name before the @ (default: the queues, e.g. memory@host); "
-                             "several workers on one host need names of their own")
+                        help="node name before the @ (default: memory-1, memory-2, ... "
+                             "and maintenance); several workers on one host need names of "
+                             "their own")
     worker.add_argument("--no-migrate", action="store_true",
                         help="do not apply migrations at start-up")
     worker.add_argument("--quiet", action="store_true", help="no start-up banner")
@@ -60,12 +66,6 @@ def _migrate(_args: argparse.Namespace) -> int:
     return 0
 
 
-def node_name(queues: list[str], name: str | None = None) -> str:
-    """The worker's Celery node name: ``<name or queues>@<host>`` (``%h``: Celery puts the
-    host name in). Compose healthchecks ping ``memory@$HOSTNAME``."""
-    return f"{name or '-'.join(queues)}@%h"
-
-
 def _worker(args: argparse.Namespace) -> int:
     from memoryd.config import get_settings
 
@@ -76,14 +76,32 @@ def _worker(args: argparse.Namespace) -> int:
         from memoryd.errors import ConfigError
 
         raise ConfigError(f"unknown queue(s) {sorted(unknown)}; use memory and/or maintenance")
+    for option in ("concurrency", "processes"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            from memoryd.errors import ConfigError
+
+            raise ConfigError(f"--{option} must be at least 1")
     if not args.no_migrate:
         _migrate(args)
+    from memoryd.cli import nodes
+
+    planned = nodes.plan_nodes(queues, concurrency=args.concurrency,
+                               processes=args.processes, name=args.name)
+    if len(planned) == 1:
+        return _run_node(planned[0], args)
+    commands = [nodes.node_command(n, log_level=args.log_level, quiet=args.quiet)
+                for n in planned]
+    return nodes.NodeGroup(commands, nodes.node_env(planned)).run()
+
+
+def _run_node(node: Any, args: argparse.Namespace) -> int:
+    """One Celery node in this process (``memoryd.cli.nodes.Node``)."""
     from memoryd.worker import app
 
-    argv = ["worker", f"--queues={','.join(queues)}", f"--hostname={node_name(queues, args.name)}",
-            f"--loglevel={args.log_level}"]
-    if args.concurrency:
-        argv.append(f"--concurrency={args.concurrency}")
+    argv = ["worker", f"--queues={','.join(node.queues)}", f"--hostname={node.name}@%h",
+            f"--loglevel={args.log_level}", f"--pool={node.pool}"]
+    if node.pool == "prefork":
+        argv.append(f"--concurrency={node.concurrency}")
     app.start(["--quiet", *argv] if args.quiet else argv)
     return 0
 

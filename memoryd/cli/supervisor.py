@@ -179,8 +179,8 @@ class Stack:
         # Quiet: no start-up banners (the summary printed once all is up replaces them).
         py = [sys.executable, "-m", "memoryd", "--log-level", self.log_level]
         commands = {
-            "worker-memory": [*py, "worker", "--queues", "memory", "--concurrency", "2",
-                              "--no-migrate", "--quiet"],
+            # One consumer per core (memoryd.cli.nodes).
+            "worker-memory": [*py, "worker", "--queues", "memory", "--no-migrate", "--quiet"],
             "worker-maintenance": [*py, "worker", "--queues", "maintenance",
                                    "--concurrency", "1", "--no-migrate", "--quiet"],
             "beat": [*py, "beat", "--quiet"],
@@ -228,9 +228,8 @@ class Stack:
 
     def _not_ready(self, app: Celery) -> list[str]:
         """The children that do not answer yet: workers by their host and pid in
-        Celery's stats (a worker answers once it consumes), the gateway by its /readyz."""
-        workers = {proc.pid: name for name, proc in self.children.items()
-                   if name.startswith("worker-")}
+        Celery's stats (a worker answers once it consumes; a worker that runs several
+        nodes, once each of its nodes does), the gateway by its /readyz."""
         try:
             stats = app.control.inspect(timeout=1.0).stats() or {}
         except Exception:  # the broker not answering yet is the same as no reply
@@ -238,7 +237,8 @@ class Stack:
         here = socket.gethostname()  # Celery's %h: a shared broker may serve other hosts
         answered = {reply.get("pid") for node, reply in stats.items()
                     if node.partition("@")[2] == here}
-        waiting = [name for pid, name in workers.items() if pid not in answered]
+        waiting = [name for name, proc in self.children.items()
+                   if name.startswith("worker-") and not _answers(proc.pid, answered)]
         if self.gateway_port and not self._gateway_ready():
             waiting.append("gateway")
         return waiting
@@ -330,6 +330,21 @@ class Stack:
                 proc.kill()
                 proc.wait()
         self.children.clear()
+
+
+def _answers(pid: int, answered: set[object]) -> bool:
+    """Whether the worker process ``pid`` answers: itself (one node), or every node
+    it runs (its child processes; a prefork node's pool processes are not its children
+    here, they are the node's)."""
+    import psutil
+
+    if pid in answered:
+        return True
+    try:
+        nodes = [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return False
+    return bool(nodes) and all(node in answered for node in nodes)
 
 
 def _local(host: str) -> str:

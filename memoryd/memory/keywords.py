@@ -65,7 +65,9 @@ def small_cte(where: str) -> str:
     matched one by one, not through the GIN index: for a small agent one pass over its
     rows counts the frequencies and finds the matches, prefix ones included, for less
     than the index searches would cost. The CTEs are MATERIALIZED so
-    that the frequencies are counted once, not once per candidate row.
+    that the frequencies, and the agent's memory count (``total``), are counted once,
+    not once per matching row: the planner, which expects one hit, would otherwise
+    count the agent's rows again for each of them.
     """
     return f"""
         mine AS MATERIALIZED (
@@ -78,11 +80,12 @@ def small_cte(where: str) -> str:
         , hits AS MATERIALIZED (
             SELECT r.id, t.ex, r.tsv @@ t.ex AS exact, r.ok
             FROM mine r JOIN terms t ON r.tsv @@ t.px)
+        , total AS MATERIALIZED (SELECT count(*) AS n FROM mine)
         , idf AS MATERIALIZED (
             SELECT h.ex, bool_or(h.exact) AS any_exact,
                    {_idf("count(*) FILTER (WHERE h.exact)", "n.n")} AS w_exact,
                    {_idf("count(*)", "n.n")} AS w_prefix
-            FROM hits h, (SELECT count(*) AS n FROM mine) n
+            FROM hits h, total n
             GROUP BY h.ex, n.n)
         , kw AS (
             SELECT s.id, s.rank, row_number() OVER (ORDER BY s.rank DESC, s.id) AS pos

@@ -361,7 +361,8 @@ def test_workers_consume_different_queues() -> None:
     assert maintenance[:2] == ["memoryd", "worker"], maintenance
     assert _option(memory, "--queues") == "memory"
     assert _option(maintenance, "--queues") == "maintenance"
-    assert _option(memory, "--concurrency") == "2"
+    # The memory worker's consumers: one per core of the container (no prefork pool).
+    assert "--concurrency" not in memory
     assert _option(maintenance, "--concurrency") == "1"
 
 
@@ -488,7 +489,7 @@ def test_procfile_processes() -> None:
     memory = _argv(processes["memory"])
     maintenance = _argv(processes["maintenance"])
     assert memory[:2] == ["memoryd", "worker"] and _option(memory, "--queues") == "memory"
-    assert _option(memory, "--concurrency") == "2"
+    assert _option(memory, "--concurrency") is None  # one consumer per core
     assert maintenance[:2] == ["memoryd", "worker"]
     assert _option(maintenance, "--queues") == "maintenance"
     assert _option(maintenance, "--concurrency") == "1"
@@ -584,17 +585,37 @@ def test_env_example_lists_variables_with_placeholders() -> None:
 
 
 def test_worker_healthchecks_ping_the_node_names_memoryd_worker_uses() -> None:
-    # `memoryd worker --queues Q` names its Celery node Q@<hostname> (memoryd/cli/services.py).
+    # `memoryd worker --queues memory` runs memory-1, memory-2, ... (one per core) and
+    # `--queues maintenance` one node named maintenance (memoryd/cli/nodes.py).
+    from memoryd.cli.nodes import plan_nodes
 
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    for service, queue in (("worker-memory", "memory"), ("worker-maintenance", "maintenance")):
+    for service in ("worker-memory", "worker-maintenance"):
+        argv = _argv(compose["services"][service]["command"])
+        queues = argv[argv.index("--queues") + 1].split(",")
+        concurrency = (int(argv[argv.index("--concurrency") + 1])
+                       if "--concurrency" in argv else None)
+        first = plan_nodes(queues, concurrency=concurrency, processes=2)[0].name
         test = " ".join(compose["services"][service]["healthcheck"]["test"])
-        assert f"-d {queue}@$$HOSTNAME" in test.replace("$$$$", "$$"), service
-    from memoryd.cli.services import node_name
+        assert f"-d {first}@$$HOSTNAME" in test.replace("$$$$", "$$"), service
 
-    assert node_name(["memory"]) == "memory@%h"
-    assert node_name(["maintenance"]) == "maintenance@%h"
-    assert node_name(["memory"], "memory-2") == "memory-2@%h"
+
+def test_worker_nodes_use_every_core_for_the_memory_queue_unless_told() -> None:
+    from memoryd.cli.nodes import plan_nodes
+
+    four = plan_nodes(["memory"], concurrency=None, processes=4)
+    assert [(n.name, n.pool) for n in four] == [(f"memory-{i}", "solo") for i in range(1, 5)]
+    assert [n.name for n in plan_nodes(["memory"], concurrency=None, processes=1)] == ["memory"]
+    both = plan_nodes(["memory", "maintenance"], concurrency=None, processes=2)
+    assert [(n.name, n.queues, n.pool) for n in both] == [
+        ("memory-1", ("memory",), "solo"), ("memory-2", ("memory",), "solo"),
+        ("maintenance", ("maintenance",), "prefork")]
+    named = plan_nodes(["memory", "maintenance"], concurrency=None, processes=1, name="a")
+    assert [n.name for n in named] == ["a", "a-maintenance"]
+    # An explicit --concurrency: one prefork node for all its queues, as named before.
+    [prefork] = plan_nodes(["memory", "maintenance"], concurrency=3, processes=None)
+    assert (prefork.name, prefork.pool, prefork.concurrency) == ("memory-maintenance",
+                                                                 "prefork", 3)
 
 
 def test_the_gateway_listens_in_its_container_and_is_published_on_loopback() -> None:
