@@ -51,7 +51,6 @@ def start_standby(primary: Any, data_dir: Path) -> Any:
 
     from memoryd.embedded._proc import free_port
     from memoryd.embedded.postgres import APP_ROLE, OWNER, EmbeddedPostgres, bin_dir
-
     from memoryd.private_files import UMASK, write_private
 
     standby = EmbeddedPostgres(data_dir, port=free_port())

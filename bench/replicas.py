@@ -110,6 +110,8 @@ def recall_latency(store: Any, agents: Sequence[str], questions: Sequence[str]) 
 def mixed(store: Any, agents: Sequence[str], calls: int, seed: int = 11) -> dict[str, Any]:
     """``calls`` recalls and stores; each recall followed by get and list of the agent's
     own latest store. Returns the misses and where the reads were served."""
+    from memoryd.errors import NotFound
+
     rng = random.Random(seed)
     latest: dict[str, Any] = {}
     misses = {"get": 0, "list": 0}
@@ -126,7 +128,7 @@ def mixed(store: Any, agents: Sequence[str], calls: int, seed: int = 11) -> dict
         checked += 1
         try:
             store.get(agent, latest[agent])
-        except Exception:  # noqa: BLE001 - NotFound: a missed own write
+        except NotFound:
             misses["get"] += 1
         if store.list(agent, limit=1).items[0].id != latest[agent]:
             misses["list"] += 1
