@@ -43,6 +43,33 @@ def embedded_postgres(prefix: str = "memoryd-bench-") -> Iterator[str]:
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def start_standby(primary: Any, data_dir: Path) -> Any:
+    """A hot standby of the embedded PostgreSQL ``primary`` (an ``EmbeddedPostgres``):
+    ``pg_basebackup -R -X stream`` into ``data_dir``, started on a free port, streaming
+    from the primary as its superuser. Same roles and passwords; stop it with ``stop()``."""
+    import subprocess
+
+    from memoryd.embedded._proc import free_port
+    from memoryd.embedded.postgres import APP_ROLE, OWNER, EmbeddedPostgres, bin_dir
+    from memoryd.private_files import UMASK, write_private
+
+    standby = EmbeddedPostgres(data_dir, port=free_port())
+    standby._prepare_dir(standby.data_dir)  # as root, the service user's (as the primary's)
+    for role in (OWNER, APP_ROLE):
+        write_private(standby.password_file(role), primary.password(role))
+        standby.password(role)
+    env = {**os.environ, "PGPASSWORD": primary.password(OWNER)}
+    result = subprocess.run(
+        [str(bin_dir() / "pg_basebackup"), "-D", str(standby.pgdata), "-R", "-X", "stream",
+         "-c", "fast", "-h", "127.0.0.1", "-p", str(primary.port), "-U", OWNER, "-w"],
+        env=env, capture_output=True, text=True, check=False, umask=UMASK,
+        **standby._run_as())
+    if result.returncode != 0:
+        raise RuntimeError(f"pg_basebackup failed: {result.stderr.strip()[-2000:]}")
+    standby._start()
+    return standby
+
+
 # --- embeddings -------------------------------------------------------------------
 class CachingEmbedder:
     """Wraps an embedder and remembers every text's vector.

@@ -58,6 +58,16 @@ class Settings(BaseSettings):
                                             description="port of the embedded Redis; "
                                                         "unset = a free port, remembered")
     timezone: str = Field("UTC", description="Timezone of the schedule")
+    database_replica_urls: str = Field(
+        "", description="comma-separated PostgreSQL URLs of streaming replicas of the "
+                        "database that may serve recall, list, get and the other reads; "
+                        "empty = every read on the primary (see docs/scaling.md)")
+    replica_max_lag_s: float = Field(
+        5.0, gt=0, le=3600, description="a replica further behind the primary than this "
+                                        "serves no reads until it catches up")
+    replica_check_interval_s: float = Field(
+        1.0, gt=0, le=60, description="how often a process checks each replica's health "
+                                      "and lag (on its next read after this long)")
 
     # --- limits -------------------------------------------------------------
     max_content_bytes: int = Field(512 * 1024, gt=0, description="largest memory content, in "
@@ -176,6 +186,14 @@ class Settings(BaseSettings):
         # `MEMORYD_X=` (set but empty, as compose passes it) means "not configured".
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("database_replica_urls")
+    @classmethod
+    def _replica_urls(cls, value: str) -> str:
+        for url in (part.strip() for part in value.split(",")):
+            if url and not url.startswith(("postgresql", "postgres://")):
+                raise ValueError("must be postgresql:// URLs, separated by commas")
+        return value
+
     @field_validator("timezone")
     @classmethod
     def _known_timezone(cls, value: str) -> str:
@@ -218,6 +236,10 @@ class Settings(BaseSettings):
             "importance": self.weight_importance,
             "confidence": self.weight_confidence,
         }
+
+    def replica_urls(self) -> list[str]:
+        """The replicas' URLs (``database_replica_urls``), in the order given."""
+        return [url.strip() for url in self.database_replica_urls.split(",") if url.strip()]
 
     def runtime_file(self) -> Path:
         """Where `memoryd up` records the URLs of the services it started."""

@@ -15,7 +15,8 @@ decides a module's layer, and a module no entry names fails the test.
   memory or worker code.
 - embedded: the PostgreSQL and Redis servers memoryd starts from its settings; below
   db because the database engine asks the embedded server for its URL.
-- db: the engine, models, migrations, fault classification and backups.
+- db: the engine, models, migrations, fault classification, backups, and the routing of
+  reads to streaming replicas (``memoryd.db.replicas``).
 - memory: the domain (store, recall, writes, embeddings, the LLM) on the database.
 - maintenance: the maintenance jobs, which work through the memory layer.
 - auth: API keys and their scopes, kept in the database.

@@ -69,6 +69,9 @@ HBA = """\
 # memoryd: every connection by password (SCRAM), over TCP on the loopback only.
 host all all 127.0.0.1/32 scram-sha-256
 host all all ::1/128 scram-sha-256
+# Streaming replicas (pg_basebackup, a standby's WAL receiver): the superuser only.
+host replication postgres 127.0.0.1/32 scram-sha-256
+host replication postgres ::1/128 scram-sha-256
 """
 
 

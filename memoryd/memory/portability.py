@@ -99,6 +99,7 @@ def import_agent(store: MemoryStore, agent_id: str, lines: Iterable[str]) -> Imp
         # import is rolled back.
         raise ValidationError("file", f"holds a record that cannot be stored: "
                                       f"{type(exc.orig).__name__}") from None
+    store.mark_written([agent])
     return result
 
 

@@ -19,9 +19,11 @@ from sqlalchemy.orm import Session
 from memoryd import validation as check
 from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
+from memoryd.db import replicas as replication
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import NotFound
 from memoryd.memory import erasure, graph, ranking, recall, sessions, timewords, writes
+from memoryd.memory.access import AccessBuffer
 from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
     Embedder,
@@ -73,6 +75,10 @@ class MemoryStore:
         self.index_watch = IndexWatch(self.settings.agent_index_min_memories,
                                       self.settings.recall_exact_threshold)
         self.query_embedding = recall.QueryEmbedding(lambda: self.query_embedder)
+        # Streaming replicas that may serve reads (``memoryd.db.replicas``), and the
+        # access counts of recalls they served, on their way to the primary.
+        self.replicas = replication.replica_set(self.settings)
+        self.access = AccessBuffer(self.engine) if self.replicas is not None else None
         self._embedded: Any = None
 
     @classmethod
@@ -122,6 +128,8 @@ class MemoryStore:
         """Release connections and helper threads, and the embedded server: the last
         process using it stops it."""
         self.query_embedding.close()
+        if self.access is not None:
+            self.access.close()
         self.engine.dispose()
         if self._embedded is not None:
             self._embedded.release()
@@ -130,6 +138,40 @@ class MemoryStore:
     def session(self) -> Iterator[Session]:
         with session_scope(self.engine) as session:
             yield session
+
+    @contextmanager
+    def read_session(self, agent_id: str) -> Iterator[Session]:
+        """A session for pure reads of the agent's data: on a replica when one is
+        configured, healthy and has replayed the agent's own writes, else the primary
+        (``session.info["replica"]`` says which)."""
+        if self.replicas is None:
+            with self.session() as session:
+                yield session
+            return
+        with self.replicas.read_session(agent_id, self.engine) as session:
+            yield session
+
+    @contextmanager
+    def write_session(self, *agent_ids: str) -> Iterator[Session]:
+        """A session on the primary whose commit the agents' later reads will see,
+        wherever they are served (``mark_written``)."""
+        with self.session() as session:
+            yield session
+        self.mark_written(agent_ids)
+
+    def mark_written(self, agent_ids: Iterable[str]) -> None:
+        """The agents' writes committed so far must be visible to their next reads: a
+        replica that has not replayed them serves those reads no more (no-op without
+        replicas)."""
+        if self.replicas is not None:
+            self.replicas.mark(self.engine, agent_ids)
+
+    def _touch(self, session: Session, agent_id: str, ids: builtins.list[Any]
+               ) -> dict[Any, Mapping[Any, Any]]:
+        """Recall's access bump: at once on the primary, deferred to it from a replica."""
+        if self.access is not None and session.info.get("replica"):
+            return self.access.touch(session, agent_id, ids)
+        return recall.touch(session, agent_id, ids)
 
     # --- writing ----------------------------------------------------------------
     def store(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
@@ -151,7 +193,7 @@ class MemoryStore:
         """Store already validated (agent id, item) pairs, of one or more agents: one
         embedding pass outside the transaction, then one transaction."""
         rows = writes.prepare(self.embedder, pairs)
-        with self.session() as session:
+        with self.write_session(*{agent for agent, _ in pairs}) as session:
             return writes.write(session, rows)
 
     # --- reading ------------------------------------------------------------------
@@ -173,7 +215,7 @@ class MemoryStore:
                            session_id=check.short_text("session_id", session_id),
                            include_archived=check.boolean("include_archived", include_archived))
         pending = self.query_embedding.soon(text_query)
-        with self.session() as session:
+        with self.read_session(agent) as session:
             plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
                                self.settings.recall_candidates * limit,
                                ef_search=self.settings.hnsw_ef_search,
@@ -192,7 +234,7 @@ class MemoryStore:
                 scored = ranking.rerank(text_query, scored,
                                         {i: str(row["content"]) for i, row in rows.items()})
             scored = scored[:limit]
-            return ranking.hits(scored, recall.touch(session, agent, [s.id for s in scored]))
+            return ranking.hits(scored, self._touch(session, agent, [s.id for s in scored]))
 
     def _candidates(self, session: Session, plan: RecallPlan, query: str, pending: Future[str]
                     ) -> builtins.list[Candidate]:
@@ -218,18 +260,19 @@ class MemoryStore:
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
-        return self._fetch_one("m.agent_id = :a AND m.id = :id", {"a": agent, "id": mid},
+        return self._fetch_one(agent, "m.agent_id = :a AND m.id = :id", {"a": agent, "id": mid},
                                f"memory {mid} not found for this agent")
 
     def get_by_key(self, agent_id: str, key: str) -> Memory:
         agent, memory_key = check.agent_id(agent_id), check.short_text("key", key)
-        return self._fetch_one("m.agent_id = :a AND m.key = :k", {"a": agent, "k": memory_key},
+        return self._fetch_one(agent, "m.agent_id = :a AND m.key = :k",
+                               {"a": agent, "k": memory_key},
                                f"no memory with key {memory_key!r} for this agent")
 
-    def _fetch_one(self, where_sql: str, params: Mapping[str, Any],
+    def _fetch_one(self, agent: str, where_sql: str, params: Mapping[str, Any],
                    not_found_message: str) -> Memory:
-        """The one memory (alias ``m``) matching ``where_sql``; ``NotFound`` if none."""
-        with self.session() as session:
+        """The agent's one memory (alias ``m``) matching ``where_sql``; ``NotFound`` if none."""
+        with self.read_session(agent) as session:
             row = session.execute(text(
                 f"SELECT {select_list()} FROM memories m WHERE {where_sql}"),
                 params).mappings().first()
@@ -250,7 +293,7 @@ class MemoryStore:
         filters = _filters(since, until, metadata, category=check.category(category))
         where = " AND ".join(["m.agent_id = :a", *filters.chosen()])
         params = {"a": agent, "n": limit, "o": offset, **filters.params()}
-        with self.session() as session:
+        with self.read_session(agent) as session:
             total = session.execute(text(f"SELECT count(*) FROM memories m WHERE {where}"),
                                     params).scalar_one()
             rows = session.execute(text(
@@ -271,7 +314,7 @@ class MemoryStore:
         where = " AND ".join(["m.agent_id = :a", "jsonb_exists(m.metadata, :field)",
                               *filters.chosen()])
         params = {"a": agent, "field": name, "n": limit, "o": offset, **filters.params()}
-        with self.session() as session:
+        with self.read_session(agent) as session:
             return builtins.list(session.execute(text(
                 f"SELECT DISTINCT m.metadata -> :field AS v FROM memories m WHERE {where} "
                 "ORDER BY v LIMIT :n OFFSET :o"), params).scalars())
@@ -281,7 +324,7 @@ class MemoryStore:
         """Explicitly linked memories first, then the nearest neighbours by meaning."""
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
         check.limit(limit)
-        with self.session() as session:
+        with self.read_session(agent) as session:
             if session.execute(text("SELECT 1 FROM memories WHERE agent_id = :a AND id = :id"),
                                {"a": agent, "id": mid}).first() is None:
                 raise NotFound(f"memory {mid} not found for this agent")
@@ -330,7 +373,7 @@ class MemoryStore:
     def forget(self, agent_id: str, memory_id: uuid.UUID | str) -> bool:
         """Delete one memory (freeing its dedup hash). False if it did not exist."""
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
-        with self.session() as session:
+        with self.write_session(agent) as session:
             row = session.execute(text(
                 "DELETE FROM memories WHERE agent_id = :a AND id = :id RETURNING session_id"),
                 {"a": agent, "id": mid}).first()
@@ -346,23 +389,25 @@ class MemoryStore:
         """Erase everything memoryd holds of the agent, in bounded batches
         (``memoryd.memory.erasure``). Returns memories deleted."""
         batch = check.limit(batch_size, "batch_size", high=erasure.MAX_BATCH)
-        return erasure.forget_agent(self, agent_id, batch_size=batch).deleted["memories"]
+        done = erasure.forget_agent(self, agent_id, batch_size=batch)
+        self.mark_written([agent_id])
+        return done.deleted["memories"]
 
     # --- knowledge graph and sessions ---------------------------------------------
     def kg_add(self, agent_id: str, entity: Entity | Mapping[str, Any]) -> bool:
         agent, parsed = check.agent_id(agent_id), check.entity(entity)
-        with self.session() as session:
+        with self.write_session(agent) as session:
             return graph.add(session, agent, parsed)
 
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> builtins.list[Entity]:
         agent = check.agent_id(agent_id)
         start, hops = check.entity_ref("start_id", start_id), check.depth(depth)
-        with self.session() as session:
+        with self.read_session(agent) as session:
             return graph.query(session, agent, start, hops)
 
     def sessions(self, agent_id: str) -> builtins.list[SessionInfo]:
         agent = check.agent_id(agent_id)
-        with self.session() as session:
+        with self.read_session(agent) as session:
             return sessions.list_sessions(session, agent)
 
     def session_messages(self, agent_id: str, session_id: str, *,
@@ -372,7 +417,7 @@ class MemoryStore:
         agent = check.agent_id(agent_id)
         sid = check.required_text("session_id", session_id)
         count = check.message_limit(limit)
-        with self.session() as session:
+        with self.read_session(agent) as session:
             return sessions.messages(session, agent, sid, count)
 
 

@@ -66,6 +66,7 @@ def forget_agent(self: Task, agent_id: str, follow_up: int = 0) -> Any:
     store = get_store()
     done = erasure.forget_agent(store, check.agent_id(agent_id),
                                 time_budget_s=store.settings.maintenance_time_budget_s)
+    store.mark_written([agent_id])
     if not done.complete and follow_up < MAX_FOLLOW_UPS:
         self.apply_async(kwargs={"agent_id": agent_id, "follow_up": follow_up + 1},
                          countdown=1)

@@ -29,6 +29,7 @@ _INSERT = text(f"""
     FROM evicted_memories e,
          jsonb_populate_record(NULL::memories, e.data) r
     WHERE e.eviction_id = :eid
+    RETURNING agent_id
 """)
 # The memory's eviction rows are removed, and each of their numbers remembered as
 # restored (the numbers are never reused, so a conflict is a restore seen twice).
@@ -59,13 +60,14 @@ def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
             raise NotFound(f"no evicted memory {eviction_or_memory_id}")
         try:
             with session.begin_nested():
-                session.execute(_INSERT, {"eid": row.eviction_id})
+                agent = session.execute(_INSERT, {"eid": row.eviction_id}).scalar_one()
         except IntegrityError:
             raise ValidationError("memory_id", "its content, key or id is in use again; "
                                   "forget the newer memory first") from None
         session.execute(_REMOVE, {"m": row.memory_id})
         session.execute(_FORGET_OLD)
-        return row.memory_id
+    store.mark_written([agent])
+    return row.memory_id
 
 
 def already_restored(store: MemoryStore, eviction_or_memory_id: int | str) -> Any | None:
