@@ -10,8 +10,25 @@ generated questions for the big agent and for a typical 1,000-memory agent:
 - the floor: the bare pgvector HNSW query (iterative scan) and the query embedding,
   timed separately, and their sum.
 
+Two optional measurements, in-process recall only:
+
+- ``--sweep``: agents of 100; 1,000; 3,000; 10,000; 30,000 and 100,000 memories
+  (``--sweep-sizes``; sizes above the store's total are skipped with a note), the seeded
+  typical and big agents where their sizes match and ``agent-sweep-<size>`` agents
+  added once otherwise (kept with the cluster, listed in its ``sweep.json``); after
+  ``index_agents``, each one's p50/p95/p99 and its p95 over the 1,000-memory agent's
+  (target: <= 1.5 for every size);
+- ``--neighbour``: a fresh 1,000-memory agent A measured, then a 100,000-memory agent B
+  (``--neighbour-size``) stored and ``index_agents`` run as its hourly schedule would,
+  then A again: A's p95 after over before (target: <= 1.2). Both agents are erased
+  afterwards, and beforehand should an interrupted run have left them.
+
+The extra agents' memories are drawn as the big agent's are (``bench/scale.py``).
+
     .venv/bin/python -m bench.recall [--scale N] [--queries N] [--out PATH] [--chart PATH]
                                      [--keep [DIR]] [--no-client]
+                                     [--sweep] [--sweep-sizes N,N,...]
+                                     [--neighbour] [--neighbour-size N]
 
 Wrap heavy runs in ``flock /tmp/memoryd-bench.lock``. See bench/README.md.
 """

@@ -19,6 +19,12 @@ API); ``real_big_embeddings=True`` embeds all of its sentences instead.
 The HNSW and GIN indexes are dropped before the bulk load and rebuilt afterwards with
 generous ``maintenance_work_mem``; the build times are recorded in ``SeedInfo``.
 
+Agents added to a seeded store (the recall benchmark's size sweep and neighbour case)
+are stored as the big agent is, from the statement templates with pool vectors:
+``add_sweep_agents`` (once per kept cluster, listed in ``sweep.json``),
+``add_neighbour``, ``forget``. The pool is embedded again for them (and kept in the
+cluster's directory), the seeding having dropped its scratch copy.
+
 Reuse: ``seeded_cluster(dir, ...)`` seeds into ``dir`` once (``seed.json`` records what
 is there) and later calls just start the server. Other benchmarks use
 
