@@ -10,8 +10,25 @@ generated questions for the big agent and for a typical 1,000-memory agent:
 - the floor: the bare pgvector HNSW query (iterative scan) and the query embedding,
   timed separately, and their sum.
 
+Two optional measurements, in-process recall only:
+
+- ``--sweep``: agents of 100; 1,000; 3,000; 10,000; 30,000 and 100,000 memories
+  (``--sweep-sizes``; sizes above the store's total are skipped with a note), the seeded
+  typical and big agents where their sizes match and ``agent-sweep-<size>`` agents
+  added once otherwise (kept with the cluster, listed in its ``sweep.json``); after
+  ``index_agents``, each one's p50/p95/p99 and its p95 over the 1,000-memory agent's
+  (target: <= 1.5 for every size);
+- ``--neighbour``: a fresh 1,000-memory agent A measured, then a 100,000-memory agent B
+  (``--neighbour-size``) stored and ``index_agents`` run as its hourly schedule would,
+  then A again: A's p95 after over before (target: <= 1.2). Both agents are erased
+  afterwards, and beforehand should an interrupted run have left them.
+
+The extra agents' memories are drawn as the big agent's are (``bench/scale.py``).
+
     .venv/bin/python -m bench.recall [--scale N] [--queries N] [--out PATH] [--chart PATH]
                                      [--keep [DIR]] [--no-client]
+                                     [--sweep] [--sweep-sizes N,N,...]
+                                     [--neighbour] [--neighbour-size N]
 
 Wrap heavy runs in ``flock /tmp/memoryd-bench.lock``. See bench/README.md.
 """
@@ -52,6 +69,14 @@ TARGET_P95_MS = {"in-process": 15.0, "client": 30.0}
 WARMUP = 20
 BREAKDOWN_QUERIES = 200
 SMALL_SERVER = {"shared_buffers": "256MB", "maintenance_work_mem": "512MB"}
+# The size sweep: agents of these sizes, each one's p95 against the 1,000-memory agent's.
+SWEEP_SIZES = (100, 1000, 3000, 10_000, 30_000, 100_000)
+REFERENCE_SIZE = 1000
+SWEEP_TARGET_RATIO = 1.5
+# The neighbour case: a 1,000-memory agent before and after a large one arrives.
+NEIGHBOUR_A_SIZE = 1000
+NEIGHBOUR_B_SIZE = 100_000
+NEIGHBOUR_TARGET_RATIO = 1.2
 FLOOR_SQL = ("SELECT id FROM memories WHERE agent_id = :a "
              "ORDER BY embedding <=> CAST(:q AS vector) LIMIT 10")
 
@@ -239,6 +264,98 @@ def keyword_coverage(store: Any, agent: str, qs: Sequence[str], k: int = 30) -> 
             "all_found": round(float(np.mean([x == 1 for x in shares])), 3) if shares else None}
 
 
+# --- the size sweep and the neighbour case -----------------------------------------
+def sweep_sizes(wanted: Sequence[int], total: int) -> tuple[list[int], list[dict[str, Any]]]:
+    """The sizes to measure (``wanted`` and the reference size) and those skipped: an
+    agent cannot hold more than the store's ``total`` memories."""
+    sizes = sorted(set(wanted) | {REFERENCE_SIZE})
+    skipped = [{"size": n, "note": f"above the store's {total:,} memories"}
+               for n in sizes if n > total]
+    return [n for n in sizes if n <= total], skipped
+
+
+def measure_agents(url: str, agents: Sequence[str], qs: Sequence[str]
+                   ) -> dict[str, dict[str, Any]]:
+    """In-process recall of each agent: its percentiles, its memories counted, and whether
+    it has an index of its own."""
+    from memoryd.memory.store import MemoryStore
+
+    store = MemoryStore(url)
+    out = {}
+    try:
+        for agent in agents:
+            out[agent] = {"memories": seeding.agent_memories(url, agent),
+                          "own_index": seeding.has_own_index(url, agent),
+                          "latency_ms": percentiles(measure_in_process(store, agent, qs))}
+    finally:
+        store.close()
+    return out
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    return round(value / reference, 3) if value and reference else None
+
+
+def run_sweep(url: str, data_dir: Path, info: seeding.SeedInfo, args: argparse.Namespace,
+              watch: Stopwatch) -> dict[str, Any]:
+    """The size sweep: an agent of each size in the store (added once), ``index_agents``,
+    then each one's in-process recall and its p95 over the 1,000-memory agent's."""
+    sizes, skipped = sweep_sizes(args.sweep_sizes, info.total)
+    for item in skipped:
+        print(f"sweep: skipping {item['size']:,} memories: {item['note']}", file=sys.stderr)
+    with watch("sweep: add agents"):
+        added = seeding.add_sweep_agents(data_dir, url, info, sizes)
+    with watch("sweep: index_agents"):
+        indexed = index_large_agents(url)
+    with watch("sweep: measure"):
+        measured = measure_agents(url, [added[n]["agent"] for n in sizes],
+                                  seeding.queries(args.queries))
+    rows = [{"size": n, **added[n], **measured[added[n]["agent"]]} for n in sizes]
+    reference = next((r["latency_ms"]["p95"] for r in rows if r["size"] == REFERENCE_SIZE),
+                     None)
+    for row in rows:
+        row["p95_ratio"] = ratio(row["latency_ms"]["p95"], reference)
+        row["meets_target"] = (None if row["p95_ratio"] is None
+                               else row["p95_ratio"] <= SWEEP_TARGET_RATIO)
+    return {"reference_size": REFERENCE_SIZE, "target_ratio": SWEEP_TARGET_RATIO,
+            "agents": rows, "skipped": skipped, "index_agents": indexed}
+
+
+def run_neighbour(url: str, data_dir: Path, info: seeding.SeedInfo,
+                  args: argparse.Namespace, watch: Stopwatch) -> dict[str, Any]:
+    """The neighbour case: agent A measured, agent B (``--neighbour-size``) stored and
+    ``index_agents`` run, A measured again; both erased afterwards (and beforehand,
+    should an interrupted run have left them)."""
+    a, b = seeding.NEIGHBOUR_A, seeding.NEIGHBOUR_B
+    qs = seeding.queries(args.queries)
+    pool = seeding.seeded_pool(data_dir, info)
+    for agent in (a, b):
+        seeding.forget(url, agent)
+    try:
+        with watch("neighbour: A arrives"):
+            seeding.add_neighbour(url, pool, a, NEIGHBOUR_A_SIZE)
+        with watch("neighbour: measure A before"):
+            before = measure_agents(url, [a], qs)[a]
+        with watch("neighbour: B arrives"):
+            seeding.add_neighbour(url, pool, b, args.neighbour_size)
+            indexed = index_large_agents(url)
+            b_state = {"memories": seeding.agent_memories(url, b),
+                       "own_index": seeding.has_own_index(url, b)}
+        with watch("neighbour: measure A after"):
+            after = measure_agents(url, [a], qs)[a]
+    finally:
+        with watch("neighbour: erase A and B"):
+            for agent in (b, a):
+                seeding.forget(url, agent)
+    p95_ratio = ratio(after["latency_ms"]["p95"], before["latency_ms"]["p95"])
+    return {"agent_a": a, "a_memories": before["memories"], "agent_b": b,
+            "b_memories": b_state["memories"], "b_own_index": b_state["own_index"],
+            "before": before, "after": after,
+            "index_agents": indexed, "p95_ratio": p95_ratio,
+            "target_ratio": NEIGHBOUR_TARGET_RATIO,
+            "meets_target": None if p95_ratio is None else p95_ratio <= NEIGHBOUR_TARGET_RATIO}
+
+
 # --- the client path ---------------------------------------------------------------
 @contextmanager
 def memory_worker(url: str, workdir: Path) -> Iterator[str]:
@@ -306,38 +423,97 @@ def measure_client(client: Any, agent: str, qs: Sequence[str]) -> list[float]:
 
 # --- reporting ---------------------------------------------------------------------
 def write_chart(path: Path, report: dict[str, Any]) -> Path:
+    """The latency bars of the measured agents; beside them, when measured, the size
+    sweep and the neighbour case."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [(f"{agent_label}\n{path_name}", stats)
-            for agent_label, block in report["results"].items()
-            for path_name, stats in block["latency_ms"].items() if stats.get("n")]
+    extra = [(draw, report[key]) for key, draw in (("sweep", sweep_panel),
+                                                    ("neighbour", neighbour_panel))
+             if key in report]
+    bars = len(latency_rows(report))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(max(8, 1.3 * len(rows)), 5))
+    fig, axes = plt.subplots(1, 1 + len(extra), squeeze=False,
+                             figsize=(max(8, 1.3 * bars) + 6 * len(extra), 5),
+                             width_ratios=[max(8, 1.3 * bars)] + [6] * len(extra))
     try:
-        xs = np.arange(len(rows))
-        width = 0.27
-        for i, name in enumerate(("p50", "p95", "p99")):
-            bars = ax.bar(xs + (i - 1) * width, [s[name] for _, s in rows], width, label=name)
-            ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-        for label, target in TARGET_P95_MS.items():
-            ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
-            ax.text(len(rows) - 0.5, target, f"p95 target {label}", fontsize=7,
-                    ha="right", va="bottom")
-        ax.set_xticks(xs, [label for label, _ in rows], fontsize=7)
-        ax.set_ylabel("ms")
-        ax.set_title(f"memoryd recall latency, {report['seed']['total']:,} memories "
-                     f"({report['date'][:10]})")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
+        latency_panel(axes[0][0], report)
+        for ax, (draw, data) in zip(axes[0][1:], extra, strict=True):
+            draw(ax, data)
         fig.tight_layout()
         fig.savefig(path, dpi=120)
     finally:
         plt.close(fig)
     return path
+
+
+def latency_rows(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{agent_label}\n{path_name}", stats)
+            for agent_label, block in report["results"].items()
+            for path_name, stats in block["latency_ms"].items() if stats.get("n")]
+
+
+def latency_panel(ax: Any, report: dict[str, Any]) -> None:
+    rows = latency_rows(report)
+    xs = np.arange(len(rows))
+    width = 0.27
+    for i, name in enumerate(("p50", "p95", "p99")):
+        bars = ax.bar(xs + (i - 1) * width, [s[name] for _, s in rows], width, label=name)
+        ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+    for label, target in TARGET_P95_MS.items():
+        ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
+        ax.text(len(rows) - 0.5, target, f"p95 target {label}", fontsize=7,
+                ha="right", va="bottom")
+    ax.set_xticks(xs, [label for label, _ in rows], fontsize=7)
+    ax.set_ylabel("ms")
+    ax.set_title(f"memoryd recall latency, {report['seed']['total']:,} memories "
+                 f"({report['date'][:10]})")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def sweep_panel(ax: Any, sweep: dict[str, Any]) -> None:
+    rows = sweep["agents"]
+    sizes = [r["size"] for r in rows]
+    for name in ("p50", "p95", "p99"):
+        ax.plot(sizes, [r["latency_ms"][name] for r in rows], marker="o", label=name)
+    reference = next((r["latency_ms"]["p95"] for r in rows
+                      if r["size"] == sweep["reference_size"]), None)
+    if reference:
+        ax.axhline(reference * sweep["target_ratio"], linestyle="--", linewidth=0.8,
+                   color="grey")
+        ax.text(sizes[-1], reference * sweep["target_ratio"],
+                f"p95 target: {sweep['target_ratio']}x the {sweep['reference_size']:,}'s",
+                fontsize=7, ha="right", va="bottom")
+    ax.set_xscale("log")
+    ax.set_xlabel("the agent's memories")
+    ax.set_ylabel("ms, in process")
+    ax.set_title("size sweep", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def neighbour_panel(ax: Any, case: dict[str, Any]) -> None:
+    names = ("p50", "p95", "p99")
+    xs = np.arange(len(names))
+    for i, (label, key) in enumerate((("A alone", "before"),
+                                      (f"A after B ({case['b_memories']:,})", "after"))):
+        bars = ax.bar(xs + (i - 0.5) * 0.4, [case[key]["latency_ms"][n] for n in names],
+                      0.4, label=label)
+        ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+    limit = case["before"]["latency_ms"]["p95"] * case["target_ratio"]
+    ax.axhline(limit, linestyle="--", linewidth=0.8, color="grey")
+    ax.text(len(names) - 0.5, limit, f"p95 target: {case['target_ratio']}x before",
+            fontsize=7, ha="right", va="bottom")
+    ax.set_xticks(xs, names)
+    ax.set_ylabel("ms, in process")
+    ax.set_title(f"neighbour case: A ({case['a_memories']:,}) before and after B arrives",
+                 fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def summary_table(report: dict[str, Any]) -> str:
@@ -370,6 +546,31 @@ def breakdown_table(report: dict[str, Any]) -> str:
                         digits=2)
 
 
+def verdict(meets: bool | None) -> str:
+    return "" if meets is None else ("ok" if meets else "MISSED")
+
+
+def sweep_table(sweep: dict[str, Any]) -> str:
+    rows = [[f"{r['size']:,}", r["agent"], r["memories"], "yes" if r["own_index"] else "no",
+             r["latency_ms"]["p50"], r["latency_ms"]["p95"], r["latency_ms"]["p99"],
+             r["p95_ratio"], verdict(r["meets_target"])] for r in sweep["agents"]]
+    rows += [[f"{item['size']:,}", "skipped: " + item["note"]] + [None] * 7
+             for item in sweep["skipped"]]
+    return format_table(["size", "agent", "memories", "own index", "p50 ms", "p95 ms",
+                         "p99 ms", f"p95 / {sweep['reference_size']:,}'s "
+                                   f"(target <= {sweep['target_ratio']})", ""], rows, digits=2)
+
+
+def neighbour_table(case: dict[str, Any]) -> str:
+    rows = [[f"A ({case['a_memories']:,}) {when}", *(case[key]["latency_ms"][p]
+                                                      for p in ("p50", "p95", "p99"))]
+            for when, key in (("alone", "before"),
+                              (f"after B ({case['b_memories']:,}) arrived", "after"))]
+    rows.append([f"p95 after / before (target <= {case['target_ratio']})",
+                 case["p95_ratio"], verdict(case["meets_target"]), None])
+    return format_table(["neighbour case", "p50 ms", "p95 ms", "p99 ms"], rows, digits=2)
+
+
 # --- main --------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__,
@@ -386,7 +587,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--real-big-embeddings", action="store_true",
                         help="embed every memory of the big agent (slow) instead of "
                              "borrowing pool vectors")
-    return parser.parse_args(argv)
+    parser.add_argument("--sweep", action="store_true",
+                        help="also measure agents of several sizes in the store (added "
+                             "once to a kept cluster), each p95 against the 1,000-memory "
+                             "agent's")
+    parser.add_argument("--sweep-sizes", type=sizes_arg, default=None, metavar="N,N,...",
+                        help="the sweep's agent sizes (implies --sweep; default "
+                             + ",".join(map(str, SWEEP_SIZES)) + ")")
+    parser.add_argument("--neighbour", action="store_true",
+                        help="also measure a 1,000-memory agent before and after a large "
+                             "agent arrives")
+    parser.add_argument("--neighbour-size", type=positive_int, default=None, metavar="N",
+                        help="the arriving agent's memories (implies --neighbour; default "
+                             f"{NEIGHBOUR_B_SIZE})")
+    args = parser.parse_args(argv)
+    args.sweep = args.sweep or args.sweep_sizes is not None
+    args.sweep_sizes = args.sweep_sizes or SWEEP_SIZES
+    args.neighbour = args.neighbour or args.neighbour_size is not None
+    args.neighbour_size = args.neighbour_size or NEIGHBOUR_B_SIZE
+    return args
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {value!r}")
+    return number
+
+
+def sizes_arg(value: str) -> tuple[int, ...]:
+    """``100,1000,3000`` -> (100, 1000, 3000)."""
+    return tuple(positive_int(v.strip()) for v in value.split(","))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -399,17 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="memoryd-bench-recall-"))
     data_dir = keep if keep is not None else workdir / "cluster"
     watch = Stopwatch()
-    from memoryd.config import get_settings
-
-    settings = get_settings()
-    report: dict[str, Any] = {"benchmark": "recall", "date": now_iso(),
-                              "settings": {"embed_threads": settings.embed_threads,
-                                           "recall_exact_threshold":
-                                               settings.recall_exact_threshold,
-                                           "hnsw_ef_search": settings.hnsw_ef_search},
-                              "machine": machine_info(), "args": {
-                                  "scale": args.scale, "queries": args.queries,
-                                  "client": not args.no_client}}
+    report = new_report(args)
     try:
         with watch("seed_or_open"), seeding.seeded_cluster(
                 data_dir, **sizes, real_big_embeddings=args.real_big_embeddings,
@@ -423,16 +647,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             with watch("prewarm"):
                 seeding.prewarm(url)
             report["results"] = run_all(url, info, args, workdir, watch)
+            if args.sweep:
+                report["sweep"] = run_sweep(url, data_dir, info, args, watch)
+            if args.neighbour:
+                report["neighbour"] = run_neighbour(url, data_dir, info, args, watch)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report["timings_s"] = watch.rounded()
-    print(breakdown_table(report))
-    print()
-    print(summary_table(report))
+    print_tables(report)
     write_json(args.out, report)
     write_chart(args.chart, report)
     print(f"wrote {args.out} and {args.chart}")
     return 0
+
+
+def new_report(args: argparse.Namespace) -> dict[str, Any]:
+    """The report's header: the settings recall runs with, the machine, the arguments."""
+    from memoryd.config import get_settings
+
+    settings = get_settings()
+    given: dict[str, Any] = {"scale": args.scale, "queries": args.queries,
+                             "client": not args.no_client}
+    if args.sweep:
+        given["sweep_sizes"] = list(args.sweep_sizes)
+    if args.neighbour:
+        given["neighbour_size"] = args.neighbour_size
+    return {"benchmark": "recall", "date": now_iso(),
+            "settings": {"embed_threads": settings.embed_threads,
+                         "recall_exact_threshold": settings.recall_exact_threshold,
+                         "hnsw_ef_search": settings.hnsw_ef_search},
+            "machine": machine_info(), "args": given}
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    print(breakdown_table(report))
+    print()
+    print(summary_table(report))
+    if "sweep" in report:
+        print()
+        print(sweep_table(report["sweep"]))
+    if "neighbour" in report:
+        print()
+        print(neighbour_table(report["neighbour"]))
 
 
 def index_large_agents(url: str) -> dict[str, Any]:

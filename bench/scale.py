@@ -19,6 +19,12 @@ API); ``real_big_embeddings=True`` embeds all of its sentences instead.
 The HNSW and GIN indexes are dropped before the bulk load and rebuilt afterwards with
 generous ``maintenance_work_mem``; the build times are recorded in ``SeedInfo``.
 
+Agents added to a seeded store (the recall benchmark's size sweep and neighbour case)
+are stored as the big agent is, from the statement templates with pool vectors:
+``add_sweep_agents`` (once per kept cluster, listed in ``sweep.json``),
+``add_neighbour``, ``forget``. The pool is embedded again for them (and kept in the
+cluster's directory), the seeding having dropped its scratch copy.
+
 Reuse: ``seeded_cluster(dir, ...)`` seeds into ``dir`` once (``seed.json`` records what
 is there) and later calls just start the server. Other benchmarks use
 
@@ -42,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import Engine, create_engine, text
 
-from bench.common import Stopwatch, pool_model
+from bench.common import Stopwatch, Timer, pool_model
 from bench.common import progress as _progress
 from bench.common import progress_bar as _progress_bar
 
@@ -532,6 +538,129 @@ def _store(store: Any, agent: str, texts: Sequence[str], show: bool) -> None:
             if not all(r.stored for r in results):
                 raise RuntimeError(f"{agent}: some memories were not stored (duplicates?)")
             bar.update(len(chunk))
+
+
+# --- agents added to a seeded store ------------------------------------------------
+# The recall benchmark's size sweep and neighbour case add agents to a seeded store,
+# their memories drawn as the big agent's are (the statement templates, vectors borrowed
+# from the pool). The sweep's agents stay (``SWEEP_FILE`` lists them); the neighbour
+# case's are erased after it, and again before it should a run have been interrupted.
+SWEEP_PREFIX = "agent-sweep-"
+NEIGHBOUR_PREFIX = "agent-neighbour-"
+NEIGHBOUR_A = NEIGHBOUR_PREFIX + "a"  # the agent measured before and after ...
+NEIGHBOUR_B = NEIGHBOUR_PREFIX + "b"  # ... this one arrives
+NEIGHBOUR_SEEDS = {NEIGHBOUR_A: 31, NEIGHBOUR_B: 32}  # of their sentences
+SWEEP_FILE = "sweep.json"
+POOL_FILE = "pool-{model}-{n}.npy"
+
+
+def sweep_agent(size: int) -> str:
+    return f"{SWEEP_PREFIX}{size}"
+
+
+def agent_memories(url: str, agent: str) -> int:
+    """How many memories ``agent`` holds."""
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM memories WHERE agent_id = :a"),
+                                    {"a": agent}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def has_own_index(url: str, agent: str) -> bool:
+    """Whether ``agent`` has an HNSW index of its own (``index_agents``)."""
+    from memoryd.memory.agent_indexes import existing_indexes, index_name
+
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            return index_name(agent) in existing_indexes(conn)
+    finally:
+        engine.dispose()
+
+
+def seeded_pool(data_dir: Path, info: SeedInfo, embedder: Any = None,
+                show: bool = True) -> _Pool:
+    """The seeding's pool again (the same sentences and noise; the vectors embedded once
+    and kept in ``data_dir``, the seeding having dropped its scratch copy)."""
+    from memoryd.memory.embeddings import DIM, get_embedder
+
+    texts = sentences(info.pool_size, seed=1)
+    model = "".join(c if c.isalnum() or c in "-._" else "_" for c in pool_model())
+    path = Path(data_dir) / POOL_FILE.format(model=model, n=info.pool_size)
+    if path.exists():
+        vectors = np.load(path)
+    else:
+        vectors = _embed(embedder or get_embedder(), texts, show, "embedding pool")
+        np.save(path, vectors)
+    return _Pool(texts, vectors, _noise(NOISE_VECTORS, DIM, seed=3))
+
+
+def store_pooled(url: str, pool: _Pool, agent: str, texts: Sequence[str],
+                 show: bool = True) -> None:
+    """Store ``texts`` for ``agent`` through ``store_many``, with pool vectors (as the
+    big agent's memories are stored)."""
+    from memoryd.memory.store import MemoryStore
+
+    store = MemoryStore(url, embedder=_pool_embedder(texts, pool.sentences, pool.vectors,
+                                                     pool.noise))
+    try:
+        _store(store, agent, texts, show)
+    finally:
+        store.close()
+
+
+def forget(url: str, agent: str) -> int:
+    """Erase ``agent`` (its rows and its own index, if any); memories deleted."""
+    from memoryd.memory.store import MemoryStore
+
+    store = MemoryStore(url)
+    try:
+        return store.forget_agent(agent)
+    finally:
+        store.close()
+
+
+def add_neighbour(url: str, pool: _Pool, agent: str, size: int, show: bool = True) -> None:
+    """Store ``size`` memories for the neighbour case's ``agent`` (A or B)."""
+    store_pooled(url, pool, agent, sentences(size, seed=NEIGHBOUR_SEEDS[agent]), show)
+
+
+def read_sweep(data_dir: Path) -> dict[int, str]:
+    """The sweep agents added to the store in ``data_dir``: size -> agent."""
+    path = Path(data_dir) / SWEEP_FILE
+    if not path.exists():
+        return {}
+    return {int(size): agent for size, agent in json.loads(path.read_text()).items()}
+
+
+def add_sweep_agents(data_dir: Path, url: str, info: SeedInfo, sizes: Sequence[int],
+                     show: bool = True) -> dict[int, dict[str, Any]]:
+    """An agent of exactly each size in ``sizes``: the seeded typical or big agent where
+    its size matches, else ``agent-sweep-<size>``, added once (listed in ``SWEEP_FILE``;
+    one listed but not holding its size, an interrupted addition, is stored again).
+    Returns size -> {"agent", "added", "store_s"}."""
+    seeded = {info.typical_agent_size: info.typical_agent, info.big_agent_size: info.big_agent}
+    recorded = read_sweep(data_dir)
+    out: dict[int, dict[str, Any]] = {}
+    pool: _Pool | None = None
+    for size in sizes:
+        agent = seeded.get(size) or sweep_agent(size)
+        out[size] = {"agent": agent, "added": False, "store_s": None}
+        if size in seeded or (recorded.get(size) == agent
+                              and agent_memories(url, agent) == size):
+            continue
+        pool = pool or seeded_pool(data_dir, info, show=show)
+        clock = Timer()
+        forget(url, agent)
+        store_pooled(url, pool, agent, sentences(size, seed=1000 + size), show)
+        out[size].update(added=True, store_s=round(clock.stop(), 2))
+        recorded[size] = agent
+        (Path(data_dir) / SWEEP_FILE).write_text(json.dumps(
+            {str(k): v for k, v in sorted(recorded.items())}, indent=2) + "\n")
+    return out
 
 
 # --- clusters that outlive a run --------------------------------------------------

@@ -1,16 +1,19 @@
 """Smoke test of the recall-latency benchmark (bench/recall.py, bench/scale.py) on a
 tiny store, so the benchmark cannot rot: seeding, reuse with --keep, the in-process
-and floor measurements, EXPLAIN, and the JSON / PNG reports."""
+and floor measurements, EXPLAIN, the size sweep and the neighbour case, and the JSON /
+PNG reports."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench import recall as bench_recall
 from bench import scale
+from memoryd.config import reset_settings
 
 
 def test_sentences_are_deterministic_distinct_and_unlike_queries() -> None:
@@ -83,6 +86,107 @@ def test_recall_benchmark_end_to_end(tmp_path: Path) -> None:
             engine.dispose()
     assert sum(counts.values()) == 300
     assert counts[scale.BIG_AGENT] == 30 and counts[scale.TYPICAL_AGENT] == 15
+
+
+def test_sweep_sizes_add_the_reference_and_skip_what_the_store_cannot_hold() -> None:
+    sizes, skipped = bench_recall.sweep_sizes([5000, 100, 2000, 100], total=3000)
+    assert sizes == [100, 1000, 2000]
+    assert [item["size"] for item in skipped] == [5000]
+    assert "3,000" in skipped[0]["note"]
+    args = bench_recall.parse_args(["--sweep-sizes", "100,2000", "--neighbour-size", "50"])
+    assert (args.sweep, args.sweep_sizes) == (True, (100, 2000))
+    assert (args.neighbour, args.neighbour_size) == (True, 50)
+    plain = bench_recall.parse_args([])
+    assert not plain.sweep and not plain.neighbour
+    assert plain.sweep_sizes == bench_recall.SWEEP_SIZES
+    with pytest.raises(SystemExit):
+        bench_recall.parse_args(["--sweep-sizes", "100,,0"])
+
+
+def counts_and_indexes(keep: Path) -> tuple[dict[str, int], set[str]]:
+    """Memories per agent in the kept cluster, and the agents' own indexes there."""
+    from sqlalchemy import create_engine, text
+
+    from memoryd.memory.agent_indexes import existing_indexes
+
+    with scale.seeded_cluster(keep, **bench_recall.layout(3000), show=False,
+                              serve_options=bench_recall.SMALL_SERVER) as (url, _):
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                counts = dict(conn.execute(text(
+                    "SELECT agent_id, count(*) FROM memories GROUP BY agent_id")).all())
+                indexes = set(existing_indexes(conn))
+        finally:
+            engine.dispose()
+    return counts, indexes
+
+
+@pytest.fixture
+def index_line(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """Agents of 1,500 memories get an index of their own (``index_agents``)."""
+    monkeypatch.setenv("MEMORYD_AGENT_INDEX_MIN_MEMORIES", "1500")
+    reset_settings()
+    yield 1500
+    monkeypatch.undo()
+    reset_settings()
+
+
+@pytest.mark.slow
+def test_size_sweep_and_neighbour_case_end_to_end(tmp_path: Path, index_line: int) -> None:
+    from memoryd.memory.agent_indexes import index_name
+
+    out, chart, keep = tmp_path / "recall.json", tmp_path / "recall.png", tmp_path / "cluster"
+    argv = ["--scale", "3000", "--queries", "10", "--no-client", "--keep", str(keep),
+            "--out", str(out), "--chart", str(chart),
+            "--sweep", "--sweep-sizes", "100,1000,2000,5000"]
+    assert bench_recall.main([*argv, "--neighbour", "--neighbour-size", "2000"]) == 0
+    report = json.loads(out.read_text())
+    assert chart.read_bytes().startswith(b"\x89PNG")
+    assert report["args"]["sweep_sizes"] == [100, 1000, 2000, 5000]
+
+    sweep = report["sweep"]
+    assert (sweep["reference_size"], sweep["target_ratio"]) == (1000, 1.5)
+    assert [item["size"] for item in sweep["skipped"]] == [5000]
+    rows = {row["size"]: row for row in sweep["agents"]}
+    assert set(rows) == {100, 1000, 2000}
+    assert rows[1000]["p95_ratio"] == 1.0
+    for size, row in rows.items():
+        assert row["agent"] == scale.sweep_agent(size) and row["added"]
+        assert row["memories"] == size
+        stats = row["latency_ms"]
+        assert stats["n"] == 10 and 0 < stats["p50"] <= stats["p95"] <= stats["p99"]
+        assert row["p95_ratio"] == pytest.approx(stats["p95"] / rows[1000]["latency_ms"]["p95"],
+                                                 abs=1e-3)
+        assert row["meets_target"] == (row["p95_ratio"] <= 1.5)
+        assert row["own_index"] == (size >= index_line)
+
+    case = report["neighbour"]
+    assert (case["a_memories"], case["b_memories"], case["b_own_index"]) == (1000, 2000, True)
+    assert case["index_agents"]["stats"]["built"] == 1
+    for key in ("before", "after"):
+        stats = case[key]["latency_ms"]
+        assert stats["n"] == 10 and 0 < stats["p50"] <= stats["p95"]
+    assert case["p95_ratio"] == pytest.approx(
+        case["after"]["latency_ms"]["p95"] / case["before"]["latency_ms"]["p95"], abs=1e-3)
+    assert case["meets_target"] == (case["p95_ratio"] <= 1.2)
+
+    # The kept cluster holds each swept agent at its size, and neither neighbour agent
+    # nor the arriving one's index.
+    counts, indexes = counts_and_indexes(keep)
+    assert {size: counts.get(scale.sweep_agent(size)) for size in rows} == {
+        100: 100, 1000: 1000, 2000: 2000}
+    assert scale.NEIGHBOUR_A not in counts and scale.NEIGHBOUR_B not in counts
+    assert index_name(scale.NEIGHBOUR_B) not in indexes
+    assert index_name(scale.sweep_agent(2000)) in indexes
+
+    # A second run finds the swept agents instead of storing them again.
+    assert bench_recall.main(argv) == 0
+    again = json.loads(out.read_text())
+    assert "neighbour" not in again
+    assert [(r["size"], r["added"], r["memories"]) for r in again["sweep"]["agents"]] == [
+        (100, False, 100), (1000, False, 1000), (2000, False, 2000)]
+    assert counts_and_indexes(keep)[0] == counts
 
 
 def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> None:
