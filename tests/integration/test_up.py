@@ -349,7 +349,7 @@ def test_up_stops_cleanly_on_sigterm_to_the_parent_alone(up_dir: Path) -> None:
         runtime = json.loads(runtime_file.read_text())
         assert set(runtime["children"]) == {"worker-memory", "worker-maintenance", "beat",
                                             "gateway", "flower"}
-        while not (any("memory@" in line and "ready" in line for line in terminal.seen)
+        while not (any("memory-1@" in line and "ready" in line for line in terminal.seen)
                    and any("Press Ctrl-C" in line for line in terminal.seen)):
             terminal.next(timeout=max(0.1, deadline - time.monotonic()))  # a worker's line
         shown = "".join(terminal.seen)
@@ -396,8 +396,11 @@ def test_up_says_it_is_up_only_once_its_workers_and_gateway_answer(up_dir: Path)
         app.conf.update(accept_content=["json"])
         answered = {reply["pid"] for reply in
                     (app.control.inspect(timeout=5.0).stats() or {}).values()}
-        assert {runtime["children"]["worker-memory"],
-                runtime["children"]["worker-maintenance"]} <= answered, answered
+        # The memory worker answers through its consumers, one per core.
+        consumers = {c.pid for c in psutil.Process(runtime["children"]["worker-memory"])
+                     .children()}
+        assert len(consumers) == (os.cpu_count() or 1), consumers
+        assert {runtime["children"]["worker-maintenance"], *consumers} <= answered, answered
 
         # One-off commands from another shell print their result and nothing else (they
         # share the stack's embedded PostgreSQL); the workers log no line per task.
@@ -451,7 +454,7 @@ def test_a_second_up_on_a_data_directory_in_use_is_refused_at_once_and_changes_n
                                     env=env, stdin=subprocess.DEVNULL, capture_output=True,
                                     text=True, timeout=120, check=False)
             assert status.returncode == 0, status.stderr
-            if any(w.startswith("memory@") for w in json.loads(status.stdout)["workers"]):
+            if any(w.startswith("memory-1@") for w in json.loads(status.stdout)["workers"]):
                 break
             assert time.monotonic() < deadline, status.stdout
             time.sleep(1)
