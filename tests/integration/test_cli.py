@@ -465,3 +465,17 @@ def test_with_no_broker_configured_and_no_stack_running_commands_say_so_in_one_l
                 assert done.returncode == 3, (command, done.stderr)
                 assert done.stderr.splitlines() == [expected], command
                 assert done.stdout == ""
+
+
+@pytest.mark.parametrize("option", ["--processes", "--concurrency"])
+def test_a_worker_with_no_processes_is_refused_before_it_connects(
+        tmp_path: Path, option: str) -> None:
+    from memoryd.embedded._proc import free_port
+
+    port = free_port()  # nothing listens: a worker that tried to connect would fail otherwise
+    env = {"PATH": "/usr/bin:/bin", "MEMORYD_DATA_DIR": str(tmp_path / "data"),
+           "MEMORYD_DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/memoryd",
+           "MEMORYD_BROKER_URL": f"redis://127.0.0.1:{port}/0"}
+    done = memoryd(env, "worker", "--queues", "memory", option, "0", check=False, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"memoryd: error: ConfigError: {option} must be at least 1"
