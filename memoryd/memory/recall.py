@@ -1,5 +1,5 @@
-"""Hybrid recall: candidates from the vector side and the keyword side (``keywords``),
-ranked in Python (``ranking``, ``scoring``).
+"""Hybrid recall, from the query to the hits (``recall``): candidates from the vector
+side and the keyword side (``keywords``), ranked in Python (``ranking``, ``scoring``).
 
 A recall is planned first (``plan``: a ``RecallPlan`` says which searches and settings
 the agent's size calls for, and holds their statements), then executed (``execute``)
@@ -29,7 +29,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from memoryd.memory import keywords
+from memoryd.config import Settings
+from memoryd.memory import keywords, ranking, timewords
 from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.memory.recall_sql import (
     KEYWORD_PLAN_CACHE,
@@ -48,11 +49,13 @@ from memoryd.memory.recall_sql import (
 )
 from memoryd.memory.rows import select_list
 from memoryd.memory.scoring import Candidate
+from memoryd.types import Recalled, RecallMode
 
 __all__ = ["CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
-           "KeywordHit", "QueryEmbedding", "RecallPlan", "Sessions", "StoreModels", "adjacent",
-           "agent_models", "build_plan", "candidates", "execute", "keyword_hits", "plan",
-           "sessions_read", "store_models", "touch", "vector_settings", "whole_rows"]
+           "KeywordHit", "QueryEmbedding", "RecallPlan", "Recaller", "Sessions", "StoreModels",
+           "adjacent", "agent_models", "build_plan", "candidates", "execute", "keyword_hits",
+           "plan", "recall", "searched", "sessions_read", "store_models", "touch",
+           "vector_settings", "whole_rows"]
 
 EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
@@ -104,6 +107,68 @@ class RecallPlan:
         return candidate_statement(self.agent_id, query_vector, hits, self.filters,
                                    self.per_retriever, search=self.vector_search,
                                    model=model, sessions=self.sessions)
+
+
+@dataclass(frozen=True)
+class Recaller:
+    """What a store lends its recalls: its settings and per-process memos, the model of
+    its memories, the query embedder of another model (while ``reembed`` moves an agent),
+    and how it counts an access (at once on the primary, deferred from a replica) and
+    notices an agent that outgrew the shared index."""
+
+    settings: Settings
+    sizes: AgentSizeCache
+    models: StoreModels
+    own_model: str
+    query_embedder_for: Callable[[str], Embedder]
+    touch: Callable[[Session, str, list[Any]], Mapping[Any, Mapping[Any, Any]]]
+    notice_size: Callable[[Session, str, int], object]
+
+
+def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: Filters, *,
+           limit: int, mode: RecallMode, query_vector: Future[str]) -> list[Recalled]:
+    """The agent's memories most relevant to ``query`` (validated), best first: the plan
+    for the agent's size, the candidates of both sides, the ranking (the LLM's order in
+    deep mode), and the access counted on the hits. ``query_vector`` is the query's
+    embedding by ``ctx.own_model``, under way on a helper thread."""
+    settings = ctx.settings
+    recall_plan = plan(session, ctx.sizes, agent_id, query, filters,
+                       settings.recall_candidates * limit, ef_search=settings.hnsw_ef_search,
+                       sessions=sessions_read(settings.recall_context_weight,
+                                              settings.recall_expand))
+    found = searched(ctx, session, recall_plan, query, query_vector)
+    if recall_plan.agent_size is not None:
+        ctx.notice_size(session, agent_id, recall_plan.agent_size)
+    neighbours = adjacent(found) if settings.recall_context_weight > 0 else {}
+    period = timewords.named_period(query) if settings.recall_time_boost else None
+    scored = ranking.order(found, neighbours, settings, period=period)
+    if mode == "deep":
+        rows = whole_rows(session, agent_id, [s.id for s in scored])
+        scored = ranking.rerank(query, scored, {i: str(r["content"]) for i, r in rows.items()})
+    scored = scored[:limit]
+    return ranking.hits(scored, ctx.touch(session, agent_id, [s.id for s in scored]))
+
+
+def searched(ctx: Recaller, session: Session, recall_plan: RecallPlan, query: str,
+             query_vector: Future[str]) -> list[Candidate]:
+    """The plan's candidates, searched with the query's vector of each model. An agent
+    whose memories all come from the store's model (the usual case) is searched with
+    ``query_vector``; one whose memories come from other models (while ``reembed`` moves
+    them) is searched once per model, each with the query embedded by that model, so no
+    two models' vectors meet. Which models an agent has is asked only while the store
+    holds several."""
+    own = ctx.own_model
+    models = ([own] if ctx.models.get(session) == (own,)
+              else agent_models(session, recall_plan.agent_id))
+    if not models or models == [own]:
+        return execute(session, recall_plan, query_vector, own)
+    hits = keyword_hits(session, recall_plan)
+    found: list[Candidate] = []
+    for model in models:
+        vector = (query_vector.result() if model == own
+                  else to_pgvector(ctx.query_embedder_for(model).embed([query])[0]))
+        found += candidates(session, recall_plan, vector, hits, model)
+    return found
 
 
 def sessions_read(context_weight: float, expand: int) -> Sessions | None:

@@ -7,7 +7,6 @@ import builtins
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +21,7 @@ from memoryd.db import migrate as migrations
 from memoryd.db import replicas as replication
 from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import NotFound
-from memoryd.memory import erasure, graph, ranking, recall, sessions, timewords, writes
+from memoryd.memory import erasure, graph, recall, sessions, writes
 from memoryd.memory.access import AccessBuffer
 from memoryd.memory.agent_indexes import IndexWatch
 from memoryd.memory.embeddings import (
@@ -31,11 +30,9 @@ from memoryd.memory.embeddings import (
     embedder_for,
     get_embedder,
     get_query_embedder,
-    to_pgvector,
 )
-from memoryd.memory.recall import RecallPlan
+from memoryd.memory.recall import Recaller
 from memoryd.memory.rows import select_list, to_memory
-from memoryd.memory.scoring import Candidate
 from memoryd.types import (
     Entity,
     Memory,
@@ -216,47 +213,17 @@ class MemoryStore:
                            include_archived=check.boolean("include_archived", include_archived))
         pending = self.query_embedding.soon(text_query)
         with self.read_session(agent) as session:
-            plan = recall.plan(session, self.agent_sizes, agent, text_query, filters,
-                               self.settings.recall_candidates * limit,
-                               ef_search=self.settings.hnsw_ef_search,
-                               sessions=recall.sessions_read(self.settings.recall_context_weight,
-                                                             self.settings.recall_expand))
-            found = self._candidates(session, plan, text_query, pending)
-            if plan.agent_size is not None:
-                self.index_watch.notice(session, agent, plan.agent_size)
-            neighbours = (recall.adjacent(found)
-                          if self.settings.recall_context_weight > 0 else {})
-            period = (timewords.named_period(text_query)
-                      if self.settings.recall_time_boost else None)
-            scored = ranking.order(found, neighbours, self.settings, period=period)
-            if mode == "deep":
-                rows = recall.whole_rows(session, agent, [s.id for s in scored])
-                scored = ranking.rerank(text_query, scored,
-                                        {i: str(row["content"]) for i, row in rows.items()})
-            scored = scored[:limit]
-            return ranking.hits(scored, self._touch(session, agent, [s.id for s in scored]))
+            return recall.recall(self.recaller, session, agent, text_query, filters,
+                                 limit=limit, mode=mode, query_vector=pending)
 
-    def _candidates(self, session: Session, plan: RecallPlan, query: str, pending: Future[str]
-                    ) -> builtins.list[Candidate]:
-        """The plan's candidates, searched with the query's vector of each model. An
-        agent whose memories all come from this store's model (the usual case) is
-        searched with ``pending``; one whose memories come from other models (while
-        ``reembed`` moves them) is searched once per model, each with the query embedded
-        by that model, so no two models' vectors meet. Which models an agent has is
-        asked only while the store holds several."""
-        own = self.model
-        models = ([own] if self.store_models.get(session) == (own,)
-                  else recall.agent_models(session, plan.agent_id))
-        if not models or models == [own]:
-            return recall.execute(session, plan, pending, own)
-        hits = recall.keyword_hits(session, plan)
-        found: builtins.list[Candidate] = []
-        vectors = {model: pending.result() if model == own else
-                   to_pgvector(self.embedder_for(model, query=True).embed([query])[0])
-                   for model in models}
-        for model, vector in vectors.items():
-            found += recall.candidates(session, plan, vector, hits, model)
-        return found
+    @property
+    def recaller(self) -> Recaller:
+        """What this store lends its recalls (``recall.recall``)."""
+        return Recaller(
+            settings=self.settings, sizes=self.agent_sizes, models=self.store_models,
+            own_model=self.model,
+            query_embedder_for=lambda model: self.embedder_for(model, query=True),
+            touch=self._touch, notice_size=self.index_watch.notice)
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)

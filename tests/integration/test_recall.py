@@ -697,7 +697,7 @@ def _second_round(store: MemoryStore, query: str, per_retriever: int, seeds: int
         plan = rc.plan(session, store.agent_sizes, AGENT, query, rc.Filters(), per_retriever,
                        ef_search=100,
                        sessions=rc.Sessions(seeds=seeds, reach=reach, max_messages=5000))
-        return store._candidates(session, plan, query, store.query_embedding.soon(query))
+        return rc.searched(store.recaller, session, plan, query, store.query_embedding.soon(query))
 
 
 def test_the_second_round_brings_in_the_session_neighbours_of_the_retrievers_best(

@@ -117,7 +117,7 @@ def test_an_agent_with_two_models_is_searched_once_per_model(
         plan = rc.plan(session, float_store.agent_sizes, "a", query, rc.Filters(), 30,
                        ef_search=100)
         pending = float_store.query_embedding.soon(query)
-        found = float_store._candidates(session, plan, query, pending)
+        found = rc.searched(float_store.recaller, session, plan, query, pending)
     assert {c.model for c in found} == {MINILM, MINILM_INT8}
     assert len(found) == len(FACTS)
     for c in found:
