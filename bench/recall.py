@@ -307,6 +307,7 @@ def run_sweep(url: str, data_dir: Path, info: seeding.SeedInfo, args: argparse.N
         added = seeding.add_sweep_agents(data_dir, url, info, sizes)
     with watch("sweep: index_agents"):
         indexed = index_large_agents(url)
+        seeding.settle(url)
     with watch("sweep: measure"):
         measured = measure_agents(url, [added[n]["agent"] for n in sizes],
                                   seeding.queries(args.queries))
@@ -334,11 +335,13 @@ def run_neighbour(url: str, data_dir: Path, info: seeding.SeedInfo,
     try:
         with watch("neighbour: A arrives"):
             seeding.add_neighbour(url, pool, a, NEIGHBOUR_A_SIZE)
+            seeding.settle(url)
         with watch("neighbour: measure A before"):
             before = measure_agents(url, [a], qs)[a]
         with watch("neighbour: B arrives"):
             seeding.add_neighbour(url, pool, b, args.neighbour_size)
             indexed = index_large_agents(url)
+            seeding.settle(url)
             b_state = {"memories": seeding.agent_memories(url, b),
                        "own_index": seeding.has_own_index(url, b)}
         with watch("neighbour: measure A after"):
