@@ -50,9 +50,10 @@ WARMUP_CALLS = 5
 
 # --- the callers -----------------------------------------------------------------------
 def caller(broker: str, agents: Sequence[str], queries: Sequence[str], recall_share: float,
-           seed: str, start_at: float, seconds: float, results: Any) -> None:
-    """One caller process: its own client, calls from ``start_at`` for ``seconds``; puts
-    (op, ms or None) samples on ``results``."""
+           seed: str, seconds: float, ready: Any, go: Any, results: Any) -> None:
+    """One caller process: its own client, warmed up, then (once every caller is ready
+    and ``go`` is set) calls for ``seconds``; puts (op, ms or None) samples on
+    ``results``."""
     from memoryd.client import MemoryClient
 
     rng = random.Random(seed)
@@ -60,9 +61,9 @@ def caller(broker: str, agents: Sequence[str], queries: Sequence[str], recall_sh
     with MemoryClient(broker_url=broker, timeout=120.0) as client:
         for _ in range(WARMUP_CALLS):
             client.recall(rng.choice(agents), rng.choice(queries), limit=10)
-        while time.time() < start_at:
-            time.sleep(0.005)
-        end = start_at + seconds
+        ready.put(os.getpid())
+        go.wait()
+        end = time.time() + seconds
         while time.time() < end:
             agent = rng.choice(agents)
             recall = rng.random() < recall_share
@@ -83,16 +84,16 @@ def caller(broker: str, agents: Sequence[str], queries: Sequence[str], recall_sh
 def run_step(broker: str, agents: Sequence[str], queries: Sequence[str], callers: int,
              seconds: float, recall_share: float, watch: CpuWatch | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    start_at = time.time() + 8.0 + 0.25 * callers  # every process started and warm
+    results, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=caller, args=(broker, agents, queries, recall_share,
-                                             f"{callers}-{n}", start_at, seconds, results))
+                                             f"{callers}-{n}", seconds, ready, go, results))
              for n in range(callers)]
     for proc in procs:
         proc.start()
-    while time.time() < start_at:
-        time.sleep(0.01)
+    for _ in procs:  # every caller started, connected and warm: the step starts together
+        ready.get(timeout=600)
     before = watch.sample([p.pid for p in procs]) if watch else None
+    go.set()
     samples: list[tuple[str, float | None]] = []
     for _ in procs:
         samples.extend(results.get(timeout=seconds + 300))
