@@ -311,3 +311,24 @@ def test_term_counts_are_taken_again_only_when_stale(indexing_store: MemoryStore
                              "interval '25 hours' WHERE agent_id = :a"), {"a": BIG})
     assert rerun() == (1, 0, 43)
     assert rerun() == (0, 1, 43)
+
+
+def test_agents_above_the_keyword_scan_line_get_their_lexemes_counted_without_an_index(
+        store: MemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent whose recalls use the indexed keyword side is counted even below the line
+    of its own vector index; a smaller one is not."""
+    from memoryd.memory import keywords
+
+    monkeypatch.setattr(keywords, "KEYWORD_SCAN_MAX", 30)
+    with override_settings(agent_index_min_memories="1000"):
+        unindexed = MemoryStore(pg_url)
+    try:
+        bulk_insert(unindexed, BIG, 40)
+        bulk_insert(unindexed, SMALL, 30)
+        record = run(unindexed, "index_agents")
+        assert record.stats["agents_indexed"] == 0
+        assert record.stats["agents_terms_counted"] == 1
+        assert _terms(unindexed, BIG)[0] == 40
+        assert _terms(unindexed, SMALL) == (None, {})
+    finally:
+        unindexed.close()

@@ -20,15 +20,16 @@ run builds the rest.
 Costs: each indexed agent's writes also go into its own graph, and every statement on
 ``memories`` is planned against one more index (hence the cap).
 
-The same run counts the document frequencies of the indexed agents' lexemes
-(``agent_terms``, migration 0007) for the keyword side of their recalls, which otherwise
-estimates them on a sample at every call: one ``ts_stat`` pass over the agent's
-memories, keeping the terms that are not rare (``keywords.rare_cut``). An agent is
-counted again only once its size has moved by more than ``RECOUNT_SHARE`` since, or its
-counts are older than ``RECOUNT_AFTER``: recounting every indexed agent every hour would
-read every large agent's memories every hour, for weights (``ln(N / df)``) that a few
-percent of growth moves by about a percent. Counts of agents no longer indexed are
-deleted.
+The same run counts the document frequencies of the lexemes of every agent whose recalls
+use the indexed keyword side (above ``keywords.KEYWORD_SCAN_MAX`` memories) and of every
+indexed agent (``agent_terms``, migration 0007), which recall otherwise estimates on a
+sample of 1,000 memories at every call (most of a mid-sized agent's recall time): one
+``ts_stat`` pass over the agent's memories, keeping the terms that are not rare
+(``keywords.rare_cut``). An agent is counted again only once its size has moved by
+more than ``RECOUNT_SHARE`` since, or its counts are older than ``RECOUNT_AFTER``:
+recounting every such agent every hour would read every large agent's memories every
+hour, for weights (``ln(N / df)``) that a few percent of growth moves by about a
+percent. Counts of agents no longer counted are deleted.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
 from memoryd.errors import ValidationError
+from memoryd.memory import keywords
 from memoryd.memory.agent_indexes import drop_index, existing_indexes, index_name
 from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
@@ -176,13 +178,14 @@ def index_agents(ctx: JobContext, **params: Any) -> JobOutcome:
         existing = existing_indexes(conn)
         sizes = agent_sizes(conn, max(1, min_memories // 2)) if min_memories else []
         todo = plan(sizes, existing, min_memories)
+        keyword_sizes = dict(agent_sizes(conn, keywords.KEYWORD_SCAN_MAX + 1))
         stats: dict[str, Any] = {"agents_indexed": len(todo.keep), "built": 0, "dropped": 0,
                                  "to_build": len(todo.build), "to_drop": len(todo.drop)}
         if ctx.dry_run:
             return JobOutcome(stats)
         try:
             _build_settings(conn)
-            return _apply(ctx, conn, todo, stats, dict(sizes))
+            return _apply(ctx, conn, todo, stats, {**keyword_sizes, **dict(sizes)})
         finally:
             conn.invalidate()
 
@@ -198,12 +201,14 @@ def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
         _build(conn, agent)
         stats["built"] += 1
         stats["agents_indexed"] += 1
-    indexed = todo.keep + todo.build
+    # Counted: the indexed agents, and every agent whose keyword side uses the index.
+    counted = sorted(set(todo.keep + todo.build)
+                     | {a for a, n in sizes.items() if n > keywords.KEYWORD_SCAN_MAX})
     with ctx.store.session() as session:
-        stats["term_counts_deleted"] = forget_terms(session, indexed)
-        stale = stale_counts(session, {agent: sizes[agent] for agent in indexed})
+        stats["term_counts_deleted"] = forget_terms(session, counted)
+        stale = stale_counts(session, {agent: sizes[agent] for agent in counted})
     stats["agents_terms_counted"] = 0
-    stats["agents_terms_fresh"] = len(indexed) - len(stale)
+    stats["agents_terms_fresh"] = len(counted) - len(stale)
     for agent in stale:
         if ctx.out_of_time():
             return JobOutcome(stats, complete=False)
