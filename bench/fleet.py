@@ -157,7 +157,7 @@ class CpuWatch:
                 "postgresql": cpu([p for p in [self.postgres_pid] if p]
                                   + children(self.postgres_pid)),
                 "redis": cpu([p for p in [self.redis_pid] if p]),
-                "machine busy": sum(psutil.cpu_times()[:3]) - 0.0}
+                "machine busy": sum(psutil.cpu_times()[:3])}
 
     @staticmethod
     def per_call(before: dict[str, float], after: dict[str, float], calls: int
