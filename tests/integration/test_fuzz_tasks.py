@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from memoryd.celery_config import MAINTENANCE_QUEUE, MEMORY_QUEUE, celery_config
+from memoryd.celery_config import MEMORY_QUEUE, celery_config
 from memoryd.config import get_settings
 from memoryd.errors import NotFound, ValidationError
 from memoryd.memory.store import MemoryStore
@@ -75,8 +75,11 @@ def _counts(store: MemoryStore) -> dict[str, int]:
 
 
 def _send(app: Celery, task: str, kwargs: dict[str, Any]) -> Any:
-    queue = MAINTENANCE_QUEUE if task.startswith("memoryd.maintenance.") else MEMORY_QUEUE
-    result = app.send_task(task, kwargs=kwargs, queue=queue)
+    """Every message goes to the memory queue, maintenance ones included: the worker
+    runs a task by its name whatever the queue, and it looks at its second queue only
+    once a second when the first is idle (``broker.redis_leases``), which would cost
+    the few hundred maintenance messages here a second each."""
+    result = app.send_task(task, kwargs=kwargs, queue=MEMORY_QUEUE)
     try:
         result.get(timeout=120, propagate=True, disable_sync_subtasks=False)
     finally:
