@@ -185,7 +185,8 @@ def recall_plan(store: Any, session: Any, agent: str, query: str, limit: int = 1
                    store.settings.recall_candidates * limit,
                    ef_search=store.settings.hnsw_ef_search,
                    sessions=rc.sessions_read(store.settings.recall_context_weight,
-                                             store.settings.recall_expand))
+                                             store.settings.recall_expand),
+                   has_own_index=store.own_indexes.has)
 
 
 def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],

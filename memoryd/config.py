@@ -104,13 +104,15 @@ class Settings(BaseSettings):
         0.20, ge=0, le=1, description="added to the score of memories created in the period "
                                      "a query names ('in May 2023'); 0 = off")
     recall_exact_threshold: int = Field(
-        10_000, ge=0, description="Agents with at most this many memories get exact kNN")
+        10_000, ge=0, description="Agents with at most this many memories and no HNSW "
+                                  "index of their own get exact kNN")
     hnsw_ef_search: int = Field(100, ge=10, le=1000,
                                 description="HNSW search breadth for large agents")
     agent_index_min_memories: int = Field(
-        10_000, ge=0,
-        description="Agents with at least this many memories get an HNSW index of their "
-                    "own (job index_agents); 0 = none")
+        2_000, ge=0,
+        description="Agents with at least this many memories (the largest 64 of them) get "
+                    "an HNSW index of their own (job index_agents), which recall then "
+                    "searches instead of reading every row; 0 = none")
 
     # --- LLM and embeddings ---------------------------------------------------
     anthropic_api_key: SecretStr | None = Field(None, description="Enables the Anthropic LLM")

@@ -26,6 +26,9 @@ from sqlalchemy.orm import Session
 from memoryd.memory.recall import agent_count
 
 RECHECK_S = 600.0
+# How long a process trusts its list of the agents with a valid index of their own
+# (``OwnIndexes``): a stale list costs speed for that long, never a result.
+OWN_INDEXES_S = 30.0
 # Every per-agent index is named with this prefix; the ``index_agents`` maintenance job
 # builds them, erasing an agent drops its own.
 INDEX_PREFIX = "ix_memories_agent_hnsw_"
@@ -45,6 +48,38 @@ def existing_indexes(conn: Connection) -> dict[str, bool]:
         WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
     """), {"prefix": INDEX_PREFIX}).all()
     return {str(r.relname): bool(r.indisvalid) for r in rows}
+
+
+class OwnIndexes:
+    """Per-process memo of the names of the valid per-agent indexes, read at most every
+    ``OWN_INDEXES_S`` (one catalog query): recall searches an agent with an index of its
+    own through it, whatever the agent's size, rather than exactly. Out of date, it
+    sends a newly indexed agent to the exact search, or one whose index was dropped to
+    the shared index, for that long: slower, still every row found."""
+
+    def __init__(self) -> None:
+        self._seen: tuple[float, frozenset[str]] | None = None
+        self._lock = threading.Lock()
+
+    def has(self, session: Session, agent_id: str) -> bool:
+        """Whether ``agent_id`` has a valid index of its own (as of the memo)."""
+        now = time.monotonic()
+        with self._lock:
+            seen = self._seen
+        if seen is None or now - seen[0] >= OWN_INDEXES_S:
+            rows = session.execute(text("""
+                SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                WHERE i.indrelid = 'memories'::regclass AND i.indisvalid
+                  AND starts_with(c.relname, :prefix)"""), {"prefix": INDEX_PREFIX})
+            seen = (now, frozenset(str(r.relname) for r in rows))
+            with self._lock:
+                self._seen = seen
+        return index_name(agent_id) in seen[1]
+
+    def clear(self) -> None:
+        """Forget what was read (tests build and drop indexes between recalls)."""
+        with self._lock:
+            self._seen = None
 
 
 def drop_index(conn: Connection, name: str) -> None:

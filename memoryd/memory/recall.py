@@ -7,12 +7,15 @@ in one transaction: the keyword side first, which needs no query embedding, so i
 while the embedding is computed on a helper thread (``QueryEmbedding``); then the
 vector side merged with its hits.
 
-Two vector searches, by the agent's size:
-- ``exact`` (agents of at most ``recall_exact_threshold`` memories): exact kNN over the
-  agent's rows, reached through the (agent_id, ...) btree. A filtered HNSW scan at low
-  selectivity would walk most of the graph to find a handful of rows.
-- ``hnsw``: the HNSW index with pgvector's iterative scan, which keeps scanning until
-  enough rows pass the agent filter.
+Two vector searches, by the agent's size and index:
+- ``hnsw`` for an agent with an HNSW index of its own (``index_agents``: the largest
+  agents of ``agent_index_min_memories`` memories and more), and for any agent of more
+  than ``recall_exact_threshold`` memories: pgvector's iterative scan, which on the
+  shared index keeps scanning until enough rows pass the agent filter;
+- ``exact`` for the others: exact kNN over the agent's rows, reached through the
+  (agent_id, ...) btree. A filtered scan of the shared index at low selectivity would
+  walk most of the graph to find a handful of rows; past a few thousand rows, though,
+  the exact search costs more than the agent's own graph does.
 Two keyword searches, by the agent's size: ``scan`` the agent's rows, or search the
 ``index`` keyed by (agent, lexeme) (above ``keywords.KEYWORD_SCAN_MAX`` memories).
 """
@@ -123,6 +126,7 @@ class Recaller:
     query_embedder_for: Callable[[str], Embedder]
     touch: Callable[[Session, str, list[Any]], Mapping[Any, Mapping[Any, Any]]]
     notice_size: Callable[[Session, str, int], object]
+    has_own_index: Callable[[Session, str], bool] | None = None
 
 
 def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: Filters, *,
@@ -135,7 +139,8 @@ def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: 
     recall_plan = plan(session, ctx.sizes, agent_id, query, filters,
                        settings.recall_candidates * limit, ef_search=settings.hnsw_ef_search,
                        sessions=sessions_read(settings.recall_context_weight,
-                                              settings.recall_expand))
+                                              settings.recall_expand),
+                       has_own_index=ctx.has_own_index)
     found = searched(ctx, session, recall_plan, query, query_vector)
     if recall_plan.agent_size is not None:
         ctx.notice_size(session, agent_id, recall_plan.agent_size)
@@ -181,12 +186,15 @@ def sessions_read(context_weight: float, expand: int) -> Sessions | None:
 
 def plan(session: Session, sizes: AgentSizeCache, agent_id: str, query: str,
          filters: Filters, per_retriever: int, *, ef_search: int,
-         sessions: Sessions | None = None) -> RecallPlan:
-    """The plan for the agent's size (counted through ``sizes``): the HNSW search above
-    ``sizes.threshold`` memories, the index keyword search above
-    ``keywords.KEYWORD_SCAN_MAX``."""
+         sessions: Sessions | None = None,
+         has_own_index: Callable[[Session, str], bool] | None = None) -> RecallPlan:
+    """The plan for the agent's size (counted through ``sizes``) and index: the HNSW
+    search above ``sizes.threshold`` memories or for an agent with an index of its own
+    (``has_own_index``), the index keyword search above ``keywords.KEYWORD_SCAN_MAX``.
+    Filters that can leave few rows are counted first: few enough, searched exactly."""
     size = sizes.size(session, agent_id)
-    large = size > sizes.threshold
+    large = size > sizes.threshold or (
+        has_own_index is not None and has_own_index(session, agent_id))
     if large and filters.narrowing:
         large = filtered_size(session, agent_id, filters, sizes.threshold + 1) > sizes.threshold
     return build_plan(agent_id, query, filters, per_retriever,

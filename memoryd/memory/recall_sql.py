@@ -313,11 +313,16 @@ def _hnsw_vector_cte(where: str) -> str:
 def _exact_vector_cte(where: str) -> str:
     """Exact kNN over the agent's rows, reached through an (agent_id, ...) index. The
     distances are computed behind a fence (``OFFSET 0``), so no plan, generic ones
-    included, can order the rows by the HNSW index and filter them afterwards."""
+    included, can order the rows by the HNSW index and filter them afterwards. Only the
+    id and the distance are carried through the sort; the ranked columns are read for
+    the ``:k`` nearest alone (by primary key): projected for every row of a
+    10,000-memory agent, they cost as much as the distances did."""
     return f"""vec AS MATERIALIZED (
-            SELECT v.*, row_number() OVER (ORDER BY v.dist, v.id) AS pos
-            FROM (SELECT * FROM (
-                      SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
-                      FROM memories m WHERE m.agent_id = :agent_id AND {where}
-                      OFFSET 0) a
-                  ORDER BY dist, id LIMIT :k) v)"""
+            SELECT {_ranked()}, t.dist, t.pos
+            FROM (SELECT a.id, a.dist, row_number() OVER (ORDER BY a.dist, a.id) AS pos
+                  FROM (SELECT * FROM (
+                            SELECT m.id, m.embedding <=> CAST(:qv AS vector) AS dist
+                            FROM memories m WHERE m.agent_id = :agent_id AND {where}
+                            OFFSET 0) a
+                        ORDER BY a.dist, a.id LIMIT :k) a) t
+            JOIN memories m ON m.id = t.id AND m.agent_id = :agent_id)"""

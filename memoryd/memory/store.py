@@ -23,7 +23,7 @@ from memoryd.db.engine import make_engine, session_scope
 from memoryd.errors import NotFound
 from memoryd.memory import erasure, graph, recall, sessions, writes
 from memoryd.memory.access import AccessBuffer
-from memoryd.memory.agent_indexes import IndexWatch
+from memoryd.memory.agent_indexes import IndexWatch, OwnIndexes
 from memoryd.memory.embeddings import (
     Embedder,
     configured_model,
@@ -71,6 +71,7 @@ class MemoryStore:
         # Large agents recalled without an index of their own; a worker sets its request.
         self.index_watch = IndexWatch(self.settings.agent_index_min_memories,
                                       self.settings.recall_exact_threshold)
+        self.own_indexes = OwnIndexes()
         self.query_embedding = recall.QueryEmbedding(lambda: self.query_embedder)
         # Streaming replicas that may serve reads (``memoryd.db.replicas``), and the
         # access counts of recalls they served, on their way to the primary.
@@ -223,7 +224,8 @@ class MemoryStore:
             settings=self.settings, sizes=self.agent_sizes, models=self.store_models,
             own_model=self.model,
             query_embedder_for=lambda model: self.embedder_for(model, query=True),
-            touch=self._touch, notice_size=self.index_watch.notice)
+            touch=self._touch, notice_size=self.index_watch.notice,
+            has_own_index=self.own_indexes.has)
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)

@@ -72,6 +72,7 @@ def store(_session_store: object) -> object:
             session.execute(text(f'DROP INDEX "{name}"'))
     _session_store.agent_sizes.clear()
     _session_store.store_models.clear()
+    _session_store.own_indexes.clear()
     return _session_store
 
 

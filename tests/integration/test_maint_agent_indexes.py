@@ -332,3 +332,32 @@ def test_agents_above_the_keyword_scan_line_get_their_lexemes_counted_without_an
         assert _terms(unindexed, SMALL) == (None, {})
     finally:
         unindexed.close()
+
+
+def test_an_agent_with_its_own_index_is_searched_through_it_below_the_exact_threshold(
+        store: MemoryStore, pg_url: str) -> None:
+    """Reading every row of a mid-sized agent costs more than walking its own graph: an
+    agent with an index of its own takes the HNSW plan whatever its size; without one
+    (before the job ran, or once its index is gone) the exact search."""
+    with override_settings(agent_index_min_memories="20", recall_exact_threshold="1000"):
+        mid = MemoryStore(pg_url)
+    try:
+        bulk_insert(mid, BIG, 25)
+
+        def search() -> str:
+            mid.own_indexes.clear()
+            with mid.session() as session:
+                return rc.plan(session, mid.agent_sizes, BIG, "note number 7", rc.Filters(),
+                               30, ef_search=100,
+                               has_own_index=mid.own_indexes.has).vector_search
+
+        assert search() == "exact"
+        run(mid, "index_agents")
+        assert search() == "hnsw"
+        hits = mid.recall(BIG, "note number 7", limit=5)
+        assert len(hits) == 5 and all(h.memory.agent_id == BIG for h in hits)
+        with mid.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f'DROP INDEX "{index_name(BIG)}"'))
+        assert search() == "exact"
+    finally:
+        mid.close()
