@@ -5,7 +5,8 @@ hourly turn.
 Recall already knows an agent's size class; for an agent at or past
 ``agent_index_min_memories`` the watch looks up its index by name (one catalog lookup)
 and, if there is none, calls the store's ``request`` (in a worker: enqueue the job on the
-maintenance queue). Each agent is looked at once per ``RECHECK_S`` per process, so an
+maintenance queue), unless the fleet already holds ``MAX_AGENT_INDEXES`` of them. Each
+agent is looked at once per ``RECHECK_S`` per process, so an
 agent crossing the line gets one request per process, not one per recall; the job itself
 takes a fleet-wide lock and builds an index only where one is missing, so requests from
 several processes still build it once.
@@ -26,6 +27,9 @@ from sqlalchemy.orm import Session
 from memoryd.memory.recall import agent_count
 
 RECHECK_S = 600.0
+# The most per-agent indexes the ``index_agents`` job keeps (its largest agents): the
+# planner weighs every index of ``memories`` for every statement.
+MAX_AGENT_INDEXES = 64
 # How long a process trusts its list of the agents with a valid index of their own
 # (``OwnIndexes``): a stale list costs speed for that long, never a result.
 OWN_INDEXES_S = 30.0
@@ -63,6 +67,13 @@ class OwnIndexes:
 
     def has(self, session: Session, agent_id: str) -> bool:
         """Whether ``agent_id`` has a valid index of its own (as of the memo)."""
+        return index_name(agent_id) in self._names(session)
+
+    def count(self, session: Session) -> int:
+        """How many valid per-agent indexes there are (as of the memo)."""
+        return len(self._names(session))
+
+    def _names(self, session: Session) -> frozenset[str]:
         now = time.monotonic()
         with self._lock:
             seen = self._seen
@@ -74,7 +85,7 @@ class OwnIndexes:
             seen = (now, frozenset(str(r.relname) for r in rows))
             with self._lock:
                 self._seen = seen
-        return index_name(agent_id) in seen[1]
+        return seen[1]
 
     def clear(self) -> None:
         """Forget what was read (tests build and drop indexes between recalls)."""
@@ -100,10 +111,12 @@ def drop_agent_index(engine: Engine, agent_id: str) -> bool:
 
 class IndexWatch:
     def __init__(self, min_memories: int, exact_threshold: int,
-                 request: Callable[[str], None] | None = None) -> None:
+                 request: Callable[[str], None] | None = None,
+                 cap: int = MAX_AGENT_INDEXES) -> None:
         self.min_memories = min_memories
         self.exact_threshold = exact_threshold
         self.request = request
+        self.cap = cap
         self._checked: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -113,6 +126,8 @@ class IndexWatch:
         if self.request is None or not self.min_memories or not self._due(agent_id):
             return False
         if not self._large(session, agent_id, size) or self._indexed(session, agent_id):
+            return False
+        if self._full(session):  # the hourly run decides which agents hold the indexes
             return False
         self.request(agent_id)
         return True
@@ -132,6 +147,16 @@ class IndexWatch:
         if self.min_memories <= self.exact_threshold + 1 or size <= self.exact_threshold:
             return size >= self.min_memories  # the plan's count decides
         return agent_count(session, agent_id, self.min_memories) >= self.min_memories
+
+    def _full(self, session: Session) -> bool:
+        """Whether the fleet holds its ``cap`` of per-agent indexes already: a request
+        could then only swap agents, which is the hourly run's work, and thousands of
+        mid-sized agents would otherwise each ask for a run that builds nothing."""
+        held = session.execute(text("""
+            SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
+        """), {"prefix": INDEX_PREFIX}).scalar_one()
+        return int(held) >= self.cap
 
     @staticmethod
     def _indexed(session: Session, agent_id: str) -> bool:

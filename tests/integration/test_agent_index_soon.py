@@ -89,3 +89,28 @@ def test_the_watch_asks_once_per_agent_and_never_for_an_indexed_or_small_one(
     with store.session() as session:
         assert counting.notice(session, indexed, 2) is False  # 3 memories < 5
     assert asked == [large]
+
+
+def test_the_watch_asks_for_nothing_once_the_fleet_holds_its_cap_of_indexes(
+        store: MemoryStore) -> None:
+    """With the cap reached a run could only swap agents, the hourly run's work: a
+    fleet of mid-sized agents does not each ask for a run that builds nothing."""
+    asked: list[str] = []
+    watch = IndexWatch(min_memories=LINE, exact_threshold=10 * LINE, request=asked.append,
+                       cap=1)
+    holder = f"holder-{uuid.uuid4()}"
+    store.store_many(holder, _notes(3))
+    with store.session() as session:
+        assert watch.notice(session, f"first-{uuid.uuid4()}", LINE)  # room for one
+    with store.engine.connect() as conn:
+        conn.execute(text(f'CREATE INDEX "{index_name(holder)}" ON memories (id) '
+                          f"WHERE agent_id = '{holder}'"))
+        conn.commit()
+    try:
+        with store.session() as session:
+            assert not watch.notice(session, f"second-{uuid.uuid4()}", LINE)
+    finally:
+        with store.engine.connect() as conn:
+            conn.execute(text(f'DROP INDEX "{index_name(holder)}"'))
+            conn.commit()
+    assert len(asked) == 1

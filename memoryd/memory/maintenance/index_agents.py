@@ -42,14 +42,16 @@ from sqlalchemy.orm import Session
 
 from memoryd.errors import ValidationError
 from memoryd.memory import keywords
-from memoryd.memory.agent_indexes import drop_index, existing_indexes, index_name
+from memoryd.memory.agent_indexes import (
+    MAX_AGENT_INDEXES,
+    drop_index,
+    existing_indexes,
+    index_name,
+)
 from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.recall_sql import sql_literal
 
-# The planner weighs every index of ``memories`` for every statement: a fleet gets
-# indexes for its heaviest agents, not for every agent past the line.
-MAX_AGENT_INDEXES = 64
 # Same graph parameters as the shared index (migration 0001).
 _INDEX_SQL = ("CREATE INDEX CONCURRENTLY {name} ON memories USING hnsw "
               "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
