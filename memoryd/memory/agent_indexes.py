@@ -69,20 +69,13 @@ class OwnIndexes:
         """Whether ``agent_id`` has a valid index of its own (as of the memo)."""
         return index_name(agent_id) in self._names(session)
 
-    def count(self, session: Session) -> int:
-        """How many valid per-agent indexes there are (as of the memo)."""
-        return len(self._names(session))
-
     def _names(self, session: Session) -> frozenset[str]:
         now = time.monotonic()
         with self._lock:
             seen = self._seen
         if seen is None or now - seen[0] >= OWN_INDEXES_S:
-            rows = session.execute(text("""
-                SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-                WHERE i.indrelid = 'memories'::regclass AND i.indisvalid
-                  AND starts_with(c.relname, :prefix)"""), {"prefix": INDEX_PREFIX})
-            seen = (now, frozenset(str(r.relname) for r in rows))
+            indexes = existing_indexes(session.connection())
+            seen = (now, frozenset(name for name, valid in indexes.items() if valid))
             with self._lock:
                 self._seen = seen
         return seen[1]
@@ -152,11 +145,7 @@ class IndexWatch:
         """Whether the fleet holds its ``cap`` of per-agent indexes already: a request
         could then only swap agents, which is the hourly run's work, and thousands of
         mid-sized agents would otherwise each ask for a run that builds nothing."""
-        held = session.execute(text("""
-            SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-            WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
-        """), {"prefix": INDEX_PREFIX}).scalar_one()
-        return int(held) >= self.cap
+        return len(existing_indexes(session.connection())) >= self.cap
 
     @staticmethod
     def _indexed(session: Session, agent_id: str) -> bool:

@@ -126,7 +126,7 @@ class Recaller:
     query_embedder_for: Callable[[str], Embedder]
     touch: Callable[[Session, str, list[Any]], Mapping[Any, Mapping[Any, Any]]]
     notice_size: Callable[[Session, str, int], object]
-    has_own_index: Callable[[Session, str], bool] | None = None
+    has_own_index: Callable[[Session, str], bool]
 
 
 def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: Filters, *,

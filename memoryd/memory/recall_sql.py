@@ -316,7 +316,7 @@ def _exact_vector_cte(where: str) -> str:
     included, can order the rows by the HNSW index and filter them afterwards. Only the
     id and the distance are carried through the sort; the ranked columns are read for
     the ``:k`` nearest alone (by primary key): projected for every row of a
-    10,000-memory agent, they cost as much as the distances did."""
+    10,000-memory agent, they cost more than the distances themselves."""
     return f"""vec AS MATERIALIZED (
             SELECT {_ranked()}, t.dist, t.pos
             FROM (SELECT a.id, a.dist, row_number() OVER (ORDER BY a.dist, a.id) AS pos

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -59,6 +60,22 @@ def test_a_large_agent_gets_its_index_soon_after_it_first_recalls(
     assert built == 1  # requested by each pool process at most once; built once
 
 
+@contextmanager
+def _own_index(store: MemoryStore, agent: str) -> Iterator[None]:
+    """A stand-in index under the name of ``agent``'s own (a btree: the watch looks at
+    names only), dropped afterwards."""
+    with store.engine.connect() as conn:
+        conn.execute(text(f'CREATE INDEX "{index_name(agent)}" ON memories (id) '
+                          f"WHERE agent_id = '{agent}'"))
+        conn.commit()
+    try:
+        yield
+    finally:
+        with store.engine.connect() as conn:
+            conn.execute(text(f'DROP INDEX "{index_name(agent)}"'))
+            conn.commit()
+
+
 def test_the_watch_asks_once_per_agent_and_never_for_an_indexed_or_small_one(
         store: MemoryStore) -> None:
     asked: list[str] = []
@@ -73,17 +90,8 @@ def test_the_watch_asks_once_per_agent_and_never_for_an_indexed_or_small_one(
     # An agent past the line that has its index is not asked for.
     indexed = f"indexed-{uuid.uuid4()}"
     store.store_many(indexed, _notes(3))
-    with store.engine.connect() as conn:
-        conn.execute(text(f'CREATE INDEX "{index_name(indexed)}" ON memories (id) '
-                          f"WHERE agent_id = '{indexed}'"))
-        conn.commit()
-    try:
-        with store.session() as session:
-            assert not watch.notice(session, indexed, LINE)
-    finally:
-        with store.engine.connect() as conn:
-            conn.execute(text(f'DROP INDEX "{index_name(indexed)}"'))
-            conn.commit()
+    with _own_index(store, indexed), store.session() as session:
+        assert not watch.notice(session, indexed, LINE)
     # Above the exact threshold, where the plan's count stops, the watch counts itself.
     counting = IndexWatch(min_memories=5, exact_threshold=1, request=asked.append)
     with store.session() as session:
@@ -102,15 +110,6 @@ def test_the_watch_asks_for_nothing_once_the_fleet_holds_its_cap_of_indexes(
     store.store_many(holder, _notes(3))
     with store.session() as session:
         assert watch.notice(session, f"first-{uuid.uuid4()}", LINE)  # room for one
-    with store.engine.connect() as conn:
-        conn.execute(text(f'CREATE INDEX "{index_name(holder)}" ON memories (id) '
-                          f"WHERE agent_id = '{holder}'"))
-        conn.commit()
-    try:
-        with store.session() as session:
-            assert not watch.notice(session, f"second-{uuid.uuid4()}", LINE)
-    finally:
-        with store.engine.connect() as conn:
-            conn.execute(text(f'DROP INDEX "{index_name(holder)}"'))
-            conn.commit()
+    with _own_index(store, holder), store.session() as session:
+        assert not watch.notice(session, f"second-{uuid.uuid4()}", LINE)
     assert len(asked) == 1
