@@ -3,9 +3,9 @@ side and the keyword side (``keywords``), ranked in Python (``ranking``, ``scori
 
 A recall is planned first (``plan``: a ``RecallPlan`` says which searches and settings
 the agent's size calls for, and holds their statements), then executed (``execute``)
-in one transaction: the keyword side first, which needs no query embedding, so it runs
-while the embedding is computed on a helper thread (``QueryEmbedding``); then the
-vector side merged with its hits.
+in one transaction: the keyword side first, which needs no query embedding, so it is
+sent ahead (``memoryd.db.pipeline``) and runs while the query is embedded
+(``QueryVector``); then the vector side merged with its hits.
 
 Two vector searches, by the agent's size and index:
 - ``hnsw`` for an agent with an HNSW index of its own (``index_agents``: the largest
@@ -22,17 +22,16 @@ Two keyword searches, by the agent's size: ``scan`` the agent's rows, or search 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from memoryd.config import Settings
+from memoryd.db.pipeline import pipeline
 from memoryd.memory import keywords, ranking, timewords
 from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.memory.recall_sql import (
@@ -55,12 +54,11 @@ from memoryd.memory.scoring import Candidate
 from memoryd.types import Recalled, RecallMode
 
 __all__ = ["CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
-           "KeywordHit", "QueryEmbedding", "RecallPlan", "Recaller", "Sessions", "StoreModels",
+           "KeywordHit", "QueryVector", "RecallPlan", "Recaller", "Sessions", "StoreModels",
            "adjacent", "agent_models", "build_plan", "candidates", "execute", "keyword_hits",
            "plan", "recall", "searched", "sessions_read", "store_models", "touch",
            "vector_settings", "whole_rows"]
 
-EMBED_THREADS = 4  # helper threads embedding recall queries (``QueryEmbedding``)
 SIZE_CACHE_SECONDS = 60.0
 STORE_MODELS_SECONDS = 5.0
 CONTEXT_MAX_MESSAGES = 5_000  # longer sessions are not read for context
@@ -78,15 +76,16 @@ class RecallPlan:
 
     Its round trips, in order (``execute``):
     1. ``keyword_setup``, for the index search only: ``keyword_plan_cache`` (a generic
-       plan, see ``recall_sql.KEYWORD_PLAN_CACHE``);
+       plan, see ``recall_sql.KEYWORD_PLAN_CACHE``), sent together with
     2. ``keyword_statement``, whose trailing condition ALSO APPLIES THE VECTOR QUERY'S
        SETTINGS for this transaction (``settings_after_keywords``: for the index search
        the plan-cache mode back to ``auto``, then ``vector_settings``), which saves a
        round trip; or, when the query has no words (no keyword statement),
        ``settings_statement`` applies ``vector_settings`` on its own, if any;
     3. the candidate query (``candidate_statement``), once the query's embedding is
-       ready; with ``sessions``, it also reads the candidates' session positions and
-       brings in the seeds' session neighbours (the second round).
+       ready (it is computed while the server runs 1 and 2); with ``sessions``, it
+       also reads the candidates' session positions and brings in the seeds' session
+       neighbours (the second round).
     """
 
     agent_id: str
@@ -130,11 +129,11 @@ class Recaller:
 
 
 def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: Filters, *,
-           limit: int, mode: RecallMode, query_vector: Future[str]) -> list[Recalled]:
+           limit: int, mode: RecallMode, query_vector: QueryVector) -> list[Recalled]:
     """The agent's memories most relevant to ``query`` (validated), best first: the plan
     for the agent's size, the candidates of both sides, the ranking (the LLM's order in
     deep mode), and the access counted on the hits. ``query_vector`` is the query's
-    embedding by ``ctx.own_model``, under way on a helper thread."""
+    embedding by ``ctx.own_model``, computed while the keyword statement runs."""
     settings = ctx.settings
     recall_plan = plan(session, ctx.sizes, agent_id, query, filters,
                        settings.recall_candidates * limit, ef_search=settings.hnsw_ef_search,
@@ -155,7 +154,7 @@ def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: 
 
 
 def searched(ctx: Recaller, session: Session, recall_plan: RecallPlan, query: str,
-             query_vector: Future[str]) -> list[Candidate]:
+             query_vector: QueryVector) -> list[Candidate]:
     """The plan's candidates, searched with the query's vector of each model. An agent
     whose memories all come from the store's model (the usual case) is searched with
     ``query_vector``; one whose memories come from other models (while ``reembed`` moves
@@ -332,12 +331,24 @@ class StoreModels:
             self._seen = None
 
 
-def execute(session: Session, recall_plan: RecallPlan, query_vector: Future[str],
+def execute(session: Session, recall_plan: RecallPlan, query_vector: QueryVector,
             model: str | None = None) -> list[Candidate]:
-    """Run the plan: the keyword side while ``query_vector`` is computed, then the
-    vector side merged with its hits (with ``model``: its memories only)."""
-    hits = keyword_hits(session, recall_plan)
-    return candidates(session, recall_plan, query_vector.result(), hits, model)
+    """Run the plan: the keyword side sent ahead and ``query_vector`` computed while
+    PostgreSQL runs it, then the vector side merged with its hits (with ``model``: its
+    memories only). Embedding on this thread spares two thread wake-ups; sending the
+    plan-cache setting with the keyword statement spares its round trip."""
+    if recall_plan.keyword_statement is None:
+        hits = keyword_hits(session, recall_plan)
+        return candidates(session, recall_plan, query_vector.result(), hits, model)
+    with pipeline(session) as pipe:
+        if recall_plan.keyword_setup is not None:
+            pipe.send(recall_plan.keyword_setup.text, recall_plan.keyword_setup.params)
+        sent = pipe.send(recall_plan.keyword_statement.text,
+                         recall_plan.keyword_statement.params)
+        vector = query_vector.result()
+        hits = [KeywordHit(id=r["id"], rank=float(r["rank"]), pos=int(r["pos"]))
+                for r in sent.rows()]
+    return candidates(session, recall_plan, vector, hits, model)
 
 
 @dataclass
@@ -369,41 +380,21 @@ class AgentSizeCache:
             self._seen.clear()
 
 
-class QueryEmbedding:
-    """Embeds recall queries on helper threads, so that recall's keyword query runs
-    meanwhile (the embedding and the wait for PostgreSQL both release the GIL): recall
-    then takes about the longer of the two instead of their sum."""
+class QueryVector:
+    """A recall query's embedding in pgvector's text form, computed on the first
+    ``result()`` (then kept): recall asks for it once its keyword statement is on its
+    way, so the embedding and the statement run at the same time. An embedding that
+    fails raises there, and the recall fails with it."""
 
-    def __init__(self, embedder: Callable[[], Embedder], threads: int = EMBED_THREADS) -> None:
-        self._embedder = embedder  # called on the helper thread: it may load the model
-        self._threads = threads
-        self._pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
-        self._lock = threading.Lock()
+    def __init__(self, embedder: Callable[[], Embedder], text: str) -> None:
+        self._embedder = embedder  # called at the first result(): it may load the model
+        self._text = text
+        self._vector: str | None = None
 
-    def soon(self, text: str) -> Future[str]:
-        """The embedding of ``text`` in pgvector's text form, computed on a helper thread."""
-        with self._lock:
-            # A pool created before a fork has no threads in the child: one per process.
-            if self._pool is None or self._pool[0] != os.getpid():
-                self._pool = (os.getpid(), ThreadPoolExecutor(
-                    max_workers=self._threads, thread_name_prefix="memoryd-embed"))
-            pool = self._pool[1]
-        return pool.submit(self._vector, text)
-
-    def _vector(self, text: str) -> str:
-        return to_pgvector(self._embedder().embed([text])[0])
-
-    @property
-    def running(self) -> bool:
-        """Whether helper threads were started and not closed since."""
-        return self._pool is not None
-
-    def close(self) -> None:
-        """Stop the helper threads (a later ``soon`` starts new ones)."""
-        with self._lock:
-            if self._pool is not None:
-                self._pool[1].shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+    def result(self) -> str:
+        if self._vector is None:
+            self._vector = to_pgvector(self._embedder().embed([self._text])[0])
+        return self._vector
 
 
 def adjacent(found: list[Candidate], reach: int = CONTEXT_REACH) -> dict[Any, list[Any]]:

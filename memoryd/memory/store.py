@@ -31,7 +31,7 @@ from memoryd.memory.embeddings import (
     get_embedder,
     get_query_embedder,
 )
-from memoryd.memory.recall import Recaller
+from memoryd.memory.recall import QueryVector, Recaller
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.types import (
     Entity,
@@ -65,14 +65,13 @@ class MemoryStore:
         self._embedder = embedder
         # An injected embedder also embeds the queries, unless a query embedder is given.
         self._query_embedder = query_embedder or embedder
-        # Recall's per-store helpers: each agent's size, and the query-embedding threads.
+        # Recall's per-store memos: each agent's size, the store's embedding models.
         self.agent_sizes = recall.AgentSizeCache(self.settings.recall_exact_threshold)
         self.store_models = recall.StoreModels()
         # Large agents recalled without an index of their own; a worker sets its request.
         self.index_watch = IndexWatch(self.settings.agent_index_min_memories,
                                       self.settings.recall_exact_threshold)
         self.own_indexes = OwnIndexes()
-        self.query_embedding = recall.QueryEmbedding(lambda: self.query_embedder)
         # Streaming replicas that may serve reads (``memoryd.db.replicas``), and the
         # access counts of recalls they served, on their way to the primary.
         self.replicas = replication.replica_set(self.settings)
@@ -123,9 +122,8 @@ class MemoryStore:
         migrations.upgrade(self.engine)
 
     def close(self) -> None:
-        """Release connections and helper threads, and the embedded server: the last
+        """Release connections and the access flusher, and the embedded server: the last
         process using it stops it."""
-        self.query_embedding.close()
         if self.access is not None:
             self.access.close()
         self.engine.dispose()
@@ -212,10 +210,15 @@ class MemoryStore:
                            tags=check.tags(tags),
                            session_id=check.short_text("session_id", session_id),
                            include_archived=check.boolean("include_archived", include_archived))
-        pending = self.query_embedding.soon(text_query)
+        vector = self.query_vector(text_query)
         with self.read_session(agent) as session:
             return recall.recall(self.recaller, session, agent, text_query, filters,
-                                 limit=limit, mode=mode, query_vector=pending)
+                                 limit=limit, mode=mode, query_vector=vector)
+
+    def query_vector(self, query: str) -> QueryVector:
+        """``query``'s embedding by the store's query embedder, computed when recall
+        asks for it."""
+        return recall.QueryVector(lambda: self.query_embedder, query)
 
     @property
     def recaller(self) -> Recaller:

@@ -4,7 +4,9 @@ deep mode without an LLM, and ``context``."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -496,34 +498,30 @@ class _SlowEmbedder:
         return out
 
 
-def test_keyword_query_runs_while_the_query_is_embedded(store: MemoryStore) -> None:
-    """Recall sends its keyword query before the query's embedding is done: the
-    embedding runs on a helper thread meanwhile."""
-    import time
-
-    from sqlalchemy import event
-
+def test_the_keyword_query_runs_at_the_server_while_the_query_is_embedded(
+        store: MemoryStore) -> None:
+    """Recall sends its keyword query before it embeds the query, on its own thread:
+    while the embedding runs, the recall's backend is already on the keyword query."""
     _seed(store)
-    slow = _SlowEmbedder(store.embedder, slow=QUERY)
-    other = MemoryStore(engine=store.engine, embedder=slow)  # type: ignore[arg-type]
-    sent: list[tuple[float, str]] = []
+    seen: list[str] = []
 
-    def remember(conn: object, cursor: object, statement: str, *args: object) -> None:
-        sent.append((time.monotonic(), statement))
+    class Watching(_SlowEmbedder):
+        def embed(self, texts: list[str]) -> object:
+            if texts == [QUERY]:  # the recall's backend, as the embedding starts
+                with store.engine.connect() as other:
+                    seen.extend(other.execute(text(
+                        "SELECT state FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                        "AND datname = current_database() "
+                        "AND query LIKE '%mine AS MATERIALIZED%'")).scalars())
+            return super().embed(texts)
 
-    event.listen(store.engine, "before_cursor_execute", remember)
-    try:
-        hits = other.recall(AGENT, QUERY, limit=3)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", remember)
-        other.close()  # its helper threads; the engine is shared and reconnects
+    watching = Watching(store.embedder)
+    other = MemoryStore(engine=store.engine, embedder=watching)  # type: ignore[arg-type]
+    hits = other.recall(AGENT, QUERY, limit=3)
     assert hits[0].content == TARGET
-    (started, ended, thread), = slow.calls
-    assert thread.startswith("memoryd-embed")
-    keyword_sent = [t for t, sql in sent if "FROM kw" in sql and "unnest(CAST" not in sql]
-    vector_sent = [t for t, sql in sent if "unnest(CAST" in sql]
-    assert len(keyword_sent) == 1 and len(vector_sent) == 1
-    assert started <= keyword_sent[0] < ended <= vector_sent[0]
+    assert seen == ["active"]
+    [(_, _, thread)] = watching.calls
+    assert thread == threading.current_thread().name
 
 
 def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
@@ -537,9 +535,6 @@ def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
         touched = session.execute(text(
             "SELECT count(*) FROM memories WHERE access_count > 0")).scalar_one()
     assert touched == 0
-    assert broken.query_embedding.running
-    broken.close()
-    assert not broken.query_embedding.running
 
 
 def test_index_keyword_side_stays_inside_the_agent(store: MemoryStore,
@@ -600,17 +595,16 @@ def test_index_keyword_query_runs_with_a_generic_plan(store: MemoryStore, large:
     assert after == "force_generic_plan"
 
 
-@pytest.mark.parametrize(("keyword_scan_max", "expected"), [
-    (10_000, ["keyword", "candidates", "touch"]),
-    (0, ["setup", "keyword", "candidates", "touch"]),
+@pytest.mark.parametrize(("keyword_scan_max", "ahead"), [
+    (10_000, ["keyword"]),
+    (0, ["setup", "keyword"]),
 ])
-def test_a_recall_takes_one_round_trip_per_step(store: MemoryStore,
-                                                monkeypatch: pytest.MonkeyPatch,
-                                                keyword_scan_max: int,
-                                                expected: list[str]) -> None:
-    """Once the agent's size is known: the keyword query (after its generic-plan setting
-    for the index search), the candidate query and the access bump; no statement of its
-    own for the vector settings."""
+def test_a_recall_sends_its_keyword_query_ahead_then_takes_one_round_trip_per_step(
+        store: MemoryStore, monkeypatch: pytest.MonkeyPatch, keyword_scan_max: int,
+        ahead: list[str]) -> None:
+    """Once the agent's size is known: the keyword query (with its generic-plan setting
+    for the index search) sent ahead together, then the candidate query and the access
+    bump; no statement of its own for the vector settings."""
     from sqlalchemy import event
 
     from memoryd.memory import keywords
@@ -619,23 +613,46 @@ def test_a_recall_takes_one_round_trip_per_step(store: MemoryStore,
     monkeypatch.setattr(keywords, "KEYWORD_SCAN_MAX", keyword_scan_max)
     store.recall(AGENT, QUERY, limit=3)  # counts the agent's size
     sent: list[str] = []
+    pipelined = _record_pipelined(monkeypatch)
 
     def remember(conn: object, cursor: object, statement: str, *args: object) -> None:
-        sent.append("keyword" if "FROM kw" in statement and "unnest(CAST" not in statement
-                    else "candidates" if "unnest(CAST" in statement
-                    else "touch" if "access_count" in statement
-                    else "setup" if "set_config" in statement else statement)
+        sent.append(_step(statement))
 
     event.listen(store.engine, "before_cursor_execute", remember)
     try:
         store.recall(AGENT, QUERY, limit=3)
     finally:
         event.remove(store.engine, "before_cursor_execute", remember)
-    assert sent == expected
+    assert [_step(sql) for sql in pipelined] == ahead
+    assert sent == ["candidates", "touch"]
+
+
+def _step(statement: str) -> str:
+    """Which of recall's steps ``statement`` is."""
+    return ("keyword" if "FROM kw" in statement and "unnest(CAST" not in statement
+            else "candidates" if "unnest(CAST" in statement
+            else "touch" if "access_count" in statement
+            else "setup" if "set_config" in statement else statement)
+
+
+def _record_pipelined(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The statements recall sends ahead of their results, in order (they do not pass
+    through SQLAlchemy's execute events)."""
+    from memoryd.db.pipeline import Pipe
+
+    sent: list[str] = []
+    send = Pipe.send
+
+    def recording(pipe: Pipe, sql: str, params: Any) -> Any:
+        sent.append(sql)
+        return send(pipe, sql, params)
+
+    monkeypatch.setattr(Pipe, "send", recording)
+    return sent
 
 
 def test_session_context_and_the_second_round_cost_no_round_trip_of_their_own(
-        store: MemoryStore, pg_url: str) -> None:
+        store: MemoryStore, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Conversation turns, the context score and the second round on: still the keyword
     query, the candidate query and the access bump, nothing else."""
     from sqlalchemy import event
@@ -646,19 +663,19 @@ def test_session_context_and_the_second_round_cost_no_round_trip_of_their_own(
     sent: list[str] = []
 
     def remember(conn: object, cursor: object, statement: str, *args: object) -> None:
-        sent.append("keyword" if "FROM kw" in statement and "unnest(CAST" not in statement
-                    else "candidates" if "unnest(CAST" in statement
-                    else "touch" if "access_count" in statement else statement)
+        sent.append(_step(statement))
 
     with override_settings(recall_expand="5", recall_context_weight="0.3"):
         expanding = MemoryStore(pg_url, embedder=store.embedder)
     try:
         expanding.recall(AGENT, "What did Melanie adopt?", limit=3)  # counts the agent
+        pipelined = _record_pipelined(monkeypatch)
         event.listen(expanding.engine, "before_cursor_execute", remember)
         hits = expanding.recall(AGENT, "What did Melanie adopt?", limit=3)
     finally:
         expanding.engine.dispose()
-    assert sent == ["keyword", "candidates", "touch"]
+    assert [_step(sql) for sql in pipelined] == ["keyword"]
+    assert sent == ["candidates", "touch"]
     assert any(h.components.context > 0 for h in hits)
 
 
@@ -697,7 +714,7 @@ def _second_round(store: MemoryStore, query: str, per_retriever: int, seeds: int
         plan = rc.plan(session, store.agent_sizes, AGENT, query, rc.Filters(), per_retriever,
                        ef_search=100,
                        sessions=rc.Sessions(seeds=seeds, reach=reach, max_messages=5000))
-        return rc.searched(store.recaller, session, plan, query, store.query_embedding.soon(query))
+        return rc.searched(store.recaller, session, plan, query, store.query_vector(query))
 
 
 def test_the_second_round_brings_in_the_session_neighbours_of_the_retrievers_best(

@@ -44,7 +44,6 @@ def old_store(store: MemoryStore, pg_url: str) -> Iterator[MemoryStore]:
     these memories were embedded with before the upgrade)."""
     old = MemoryStore(pg_url, engine=store.engine, embedder=MiniLMEmbedder(int8=True))
     yield old
-    old.query_embedding.close()
 
 
 @pytest.fixture
@@ -54,7 +53,6 @@ def float_store(store: MemoryStore, pg_url: str) -> Iterator[MemoryStore]:
     new = MemoryStore(pg_url, engine=store.engine, embedder=get_embedder(),
                       query_embedder=get_embedder())
     yield new
-    new.query_embedding.close()
 
 
 def _models(store: MemoryStore, agent: str | None = None) -> dict[str, int]:
@@ -116,7 +114,7 @@ def test_an_agent_with_two_models_is_searched_once_per_model(
         assert rc.agent_models(session, "a") == [MINILM, MINILM_INT8]
         plan = rc.plan(session, float_store.agent_sizes, "a", query, rc.Filters(), 30,
                        ef_search=100)
-        pending = float_store.query_embedding.soon(query)
+        pending = float_store.query_vector(query)
         found = rc.searched(float_store.recaller, session, plan, query, pending)
     assert {c.model for c in found} == {MINILM, MINILM_INT8}
     assert len(found) == len(FACTS)

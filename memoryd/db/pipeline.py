@@ -1,0 +1,92 @@
+"""Statements sent ahead of their results (psycopg's pipeline mode), for a caller with
+work of its own to do while PostgreSQL runs them: recall sends its keyword statement,
+embeds the query meanwhile on its own thread, then reads the hits. Through SQLAlchemy
+each statement waits for its result before the next line of Python runs, and handing
+the embedding to another thread costs two thread wake-ups a recall.
+
+Statements go out on the session's own connection and transaction, so what they set
+with ``set_config(..., true)`` holds for the session's later statements. Errors come
+back as SQLAlchemy's (``DBAPIError`` and its subclasses, parameters hidden), and a
+connection that broke is invalidated, as SQLAlchemy does for its own statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, cast
+
+import psycopg
+from psycopg.rows import dict_row
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+__all__ = ["Pipe", "Sent", "pipeline"]
+
+
+@lru_cache(maxsize=256)
+def _driver_sql(sql: str, dialect: Dialect) -> str:
+    """``sql``, with SQLAlchemy's ``:name`` parameters, in the driver's own style."""
+    return str(text(sql).compile(dialect=dialect))
+
+
+class Sent:
+    """A statement on its way: its rows, once read."""
+
+    def __init__(self, pipe: Pipe, cursor: psycopg.Cursor[dict[str, Any]]) -> None:
+        self._pipe = pipe
+        self._cursor = cursor
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Its rows (this waits for them, and for the statements sent before it)."""
+        with self._pipe.translated():
+            return self._cursor.fetchall()
+
+
+class Pipe:
+    """Sends statements on a session's connection without waiting for their results."""
+
+    def __init__(self, connection: Connection, driver: psycopg.Connection[Any]) -> None:
+        self._connection = connection
+        self._driver = driver
+
+    def send(self, sql: str, params: Mapping[str, Any]) -> Sent:
+        """Send one statement (``:name`` parameters); PostgreSQL starts on it at once."""
+        cursor = self._driver.cursor(row_factory=dict_row)
+        with self.translated():
+            cursor.execute(_driver_sql(sql, self._connection.dialect), params)
+        return Sent(self, cursor)
+
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        """The driver's errors as SQLAlchemy's, the connection invalidated if it broke."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise _translated(self._connection, exc) from exc
+
+
+def _translated(connection: Connection, exc: psycopg.Error) -> Exception:
+    dialect = connection.dialect
+    broken = dialect.is_disconnect(cast(Any, exc), connection.connection.dbapi_connection,
+                                   None)
+    if broken:
+        connection.invalidate(exc)
+    return DBAPIError.instance(None, None, exc, psycopg.Error, hide_parameters=True,
+                               connection_invalidated=broken, dialect=dialect)
+
+
+@contextmanager
+def pipeline(session: Session) -> Iterator[Pipe]:
+    """A ``Pipe`` on the session's connection, in its transaction; leaving the block
+    waits for every statement sent."""
+    connection = session.connection()
+    driver = connection.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError("statements are pipelined through psycopg only")
+    pipe = Pipe(connection, driver)
+    with pipe.translated(), driver.pipeline():
+        yield pipe
