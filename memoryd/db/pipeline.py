@@ -42,7 +42,7 @@ class Sent:
 
     def rows(self) -> list[dict[str, Any]]:
         """Its rows (this waits for them, and for the statements sent before it)."""
-        with self._pipe.translated():
+        with self._pipe.translated(), self._cursor:
             return self._cursor.fetchall()
 
 

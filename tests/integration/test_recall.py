@@ -524,6 +524,38 @@ def test_the_keyword_query_runs_at_the_server_while_the_query_is_embedded(
     assert thread == threading.current_thread().name
 
 
+def test_a_connection_lost_under_the_keyword_query_fails_that_recall_as_transient(
+        store: MemoryStore) -> None:
+    """The statement sent ahead fails as SQLAlchemy's statements do: its backend killed
+    while the query is embedded, the recall raises SQLAlchemy's ``OperationalError``
+    (which tasks retry) without the query's words, the broken connection leaves the
+    pool, and the next recall works."""
+    from sqlalchemy.exc import OperationalError
+
+    from memoryd.db import faults
+
+    _seed(store)
+
+    class Killing(_SlowEmbedder):
+        def embed(self, texts: list[str]) -> object:
+            if texts == [QUERY]:
+                with store.engine.connect() as other:
+                    other.execute(text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE pid <> pg_backend_pid() AND datname = current_database() "
+                        "AND query LIKE '%mine AS MATERIALIZED%'")).all()
+            return super().embed(texts)
+
+    killing = MemoryStore(engine=store.engine,  # type: ignore[arg-type]
+                          embedder=Killing(store.embedder))
+    with pytest.raises(OperationalError) as failed:
+        killing.recall(AGENT, QUERY)
+    assert faults.transient(failed.value)
+    assert failed.value.connection_invalidated
+    assert "allergies" not in str(failed.value).lower()
+    assert store.recall(AGENT, QUERY, limit=3)[0].content == TARGET
+
+
 def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
         store: MemoryStore) -> None:
     _seed(store)
