@@ -181,12 +181,7 @@ def recall_plan(store: Any, session: Any, agent: str, query: str, limit: int = 1
     """The plan ``store.recall`` makes for ``query`` (default filters)."""
     from memoryd.memory import recall as rc
 
-    return rc.plan(session, store.agent_sizes, agent, query, rc.Filters(),
-                   store.settings.recall_candidates * limit,
-                   ef_search=store.settings.hnsw_ef_search,
-                   sessions=rc.sessions_read(store.settings.recall_context_weight,
-                                             store.settings.recall_expand),
-                   has_own_index=store.own_indexes.has)
+    return rc.plan_for(store.recaller, session, agent, query, rc.Filters(), limit)
 
 
 def measure_non_hot_touch(store: Any, agent: str, qs: Sequence[str],

@@ -56,7 +56,7 @@ from memoryd.types import Recalled, RecallMode
 __all__ = ["CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
            "KeywordHit", "QueryVector", "RecallPlan", "Recaller", "Sessions", "StoreModels",
            "adjacent", "agent_models", "build_plan", "candidates", "execute", "keyword_hits",
-           "plan", "recall", "searched", "sessions_read", "store_models", "touch",
+           "plan", "plan_for", "recall", "searched", "sessions_read", "store_models", "touch",
            "vector_settings", "whole_rows"]
 
 SIZE_CACHE_SECONDS = 60.0
@@ -135,11 +135,7 @@ def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: 
     deep mode), and the access counted on the hits. ``query_vector`` is the query's
     embedding by ``ctx.own_model``, computed while the keyword statement runs."""
     settings = ctx.settings
-    recall_plan = plan(session, ctx.sizes, agent_id, query, filters,
-                       settings.recall_candidates * limit, ef_search=settings.hnsw_ef_search,
-                       sessions=sessions_read(settings.recall_context_weight,
-                                              settings.recall_expand),
-                       has_own_index=ctx.has_own_index)
+    recall_plan = plan_for(ctx, session, agent_id, query, filters, limit)
     found = searched(ctx, session, recall_plan, query, query_vector)
     if recall_plan.agent_size is not None:
         ctx.notice_size(session, agent_id, recall_plan.agent_size)
@@ -151,6 +147,16 @@ def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: 
         scored = ranking.rerank(query, scored, {i: str(r["content"]) for i, r in rows.items()})
     scored = scored[:limit]
     return ranking.hits(scored, ctx.touch(session, agent_id, [s.id for s in scored]))
+
+
+def plan_for(ctx: Recaller, session: Session, agent_id: str, query: str, filters: Filters,
+             limit: int) -> RecallPlan:
+    """The plan ``recall`` makes for ``limit`` hits under the store's settings."""
+    settings = ctx.settings
+    return plan(session, ctx.sizes, agent_id, query, filters,
+                settings.recall_candidates * limit, ef_search=settings.hnsw_ef_search,
+                sessions=sessions_read(settings.recall_context_weight, settings.recall_expand),
+                has_own_index=ctx.has_own_index)
 
 
 def searched(ctx: Recaller, session: Session, recall_plan: RecallPlan, query: str,
