@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,8 +258,12 @@ def keyword_hits(session: Session, recall_plan: RecallPlan) -> list[KeywordHit]:
         return []
     if recall_plan.keyword_setup is not None:
         recall_plan.keyword_setup.run(session)
-    rows = recall_plan.keyword_statement.run(session).all()
-    return [KeywordHit(id=r.id, rank=float(r.rank), pos=int(r.pos)) for r in rows]
+    return _hits(recall_plan.keyword_statement.run(session).mappings().all())
+
+
+def _hits(rows: Iterable[Mapping[str, Any]]) -> list[KeywordHit]:
+    """The keyword statement's rows as hits, best first."""
+    return [KeywordHit(id=r["id"], rank=float(r["rank"]), pos=int(r["pos"])) for r in rows]
 
 
 def candidates(session: Session, recall_plan: RecallPlan, query_vector: str,
@@ -352,8 +356,7 @@ def execute(session: Session, recall_plan: RecallPlan, query_vector: QueryVector
         sent = pipe.send(recall_plan.keyword_statement.text,
                          recall_plan.keyword_statement.params)
         vector = query_vector.result()
-        hits = [KeywordHit(id=r["id"], rank=float(r["rank"]), pos=int(r["pos"]))
-                for r in sent.rows()]
+        hits = _hits(sent.rows())
     return candidates(session, recall_plan, vector, hits, model)
 
 
