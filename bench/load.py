@@ -1,9 +1,10 @@
 """memoryd under load: many agents, many callers, with and without maintenance running.
 
 On the store of bench/recall.py (``--scale`` memories, 1M by default; reused with
-``--keep``), with an embedded Redis, one memory worker (concurrency 2) and one maintenance
-worker (concurrency 1), ``--callers`` threads share one ``MemoryClient`` and drive
-``--agents`` agents (the big one, the typical one and background agents) for two phases:
+``--keep``), with an embedded Redis, one memory worker (its default consumers, one per
+core) and one maintenance worker (concurrency 1), ``--callers`` threads share one
+``MemoryClient`` and drive ``--agents`` agents (the big one, the typical one and
+background agents) for two phases:
 
 - idle: ``--seconds`` of 80 % recall / 20 % store (``--recall-share``);
 - maintenance: the same mix while ``consolidate`` and then ``deduplicate`` run over the

@@ -5,8 +5,8 @@ agents, one of which holds a tenth of them (see ``bench/scale.py``), then times 
 generated questions for the big agent and for a typical 1,000-memory agent:
 
 - in-process ``MemoryStore.recall``;
-- through ``MemoryClient`` and one ``memoryd worker --queues memory --concurrency 2``
-  on an embedded Redis;
+- through ``MemoryClient`` and one ``memoryd worker --queues memory`` (its default
+  consumers, one per core) on an embedded Redis;
 - the floor: the bare pgvector HNSW query (iterative scan) and the query embedding,
   timed separately, and their sum.
 
@@ -358,7 +358,8 @@ def run_neighbour(url: str, data_dir: Path, info: seeding.SeedInfo,
 # --- the client path ---------------------------------------------------------------
 @contextmanager
 def memory_worker(url: str, workdir: Path) -> Iterator[str]:
-    """An embedded Redis and one memory worker (concurrency 2) on it; the broker URL."""
+    """An embedded Redis and one memory worker on it, as ``memoryd worker --queues
+    memory`` runs by default (one consumer process per core); the broker URL."""
     from celery import Celery
 
     from memoryd.embedded.redis import EmbeddedRedis
@@ -370,9 +371,8 @@ def memory_worker(url: str, workdir: Path) -> Iterator[str]:
                 "MEMORYD_DATA_DIR": str(workdir / "data")})
     log = (workdir / "worker.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memoryd", "worker", "--queues", "memory",
-         "--concurrency", "2"], env=env, stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True)
+        [sys.executable, "-m", "memoryd", "worker", "--queues", "memory"], env=env,
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         app = Celery("bench-ping", broker=broker, set_as_current=False)
         app.conf.update(broker_connection_retry_on_startup=True, accept_content=["json"])
