@@ -473,29 +473,20 @@ def test_access_bump_commits_without_waiting_for_the_flush(store: MemoryStore) -
         assert sorted(counts) == [2, 2]
 
 
-class _SlowEmbedder:
-    """The store's embedder, recording when each call starts and ends; ``slow`` texts
-    take an extra ``delay`` seconds and ``fail`` texts raise."""
+class _WrappedEmbedder:
+    """The store's embedder, recording the thread of each call; ``fail`` texts raise."""
 
-    def __init__(self, inner: object, slow: str = "", fail: str = "",
-                 delay: float = 0.3) -> None:
-        self.inner, self.slow, self.fail, self.delay = inner, slow, fail, delay
-        self.calls: list[tuple[float, float, str]] = []
+    def __init__(self, inner: object, fail: str = "") -> None:
+        self.inner, self.fail = inner, fail
+        self.threads: list[str] = []
         self.dim = inner.dim  # type: ignore[attr-defined]
         self.name = inner.name  # type: ignore[attr-defined]
 
     def embed(self, texts: list[str]) -> object:
-        import threading
-        import time
-
-        start = time.monotonic()
         if texts == [self.fail]:
             raise RuntimeError("embedding backend is down")
-        if texts == [self.slow]:
-            time.sleep(self.delay)
-        out = self.inner.embed(texts)  # type: ignore[attr-defined]
-        self.calls.append((start, time.monotonic(), threading.current_thread().name))
-        return out
+        self.threads.append(threading.current_thread().name)
+        return self.inner.embed(texts)  # type: ignore[attr-defined]
 
 
 def test_the_keyword_query_runs_at_the_server_while_the_query_is_embedded(
@@ -505,7 +496,7 @@ def test_the_keyword_query_runs_at_the_server_while_the_query_is_embedded(
     _seed(store)
     seen: list[str] = []
 
-    class Watching(_SlowEmbedder):
+    class Watching(_WrappedEmbedder):
         def embed(self, texts: list[str]) -> object:
             if texts == [QUERY]:  # the recall's backend, as the embedding starts
                 with store.engine.connect() as other:
@@ -520,8 +511,7 @@ def test_the_keyword_query_runs_at_the_server_while_the_query_is_embedded(
     hits = other.recall(AGENT, QUERY, limit=3)
     assert hits[0].content == TARGET
     assert seen == ["active"]
-    [(_, _, thread)] = watching.calls
-    assert thread == threading.current_thread().name
+    assert watching.threads == [threading.current_thread().name]
 
 
 def test_a_connection_lost_under_the_keyword_query_fails_that_recall_as_transient(
@@ -536,7 +526,7 @@ def test_a_connection_lost_under_the_keyword_query_fails_that_recall_as_transien
 
     _seed(store)
 
-    class Killing(_SlowEmbedder):
+    class Killing(_WrappedEmbedder):
         def embed(self, texts: list[str]) -> object:
             if texts == [QUERY]:
                 with store.engine.connect() as other:
@@ -560,7 +550,7 @@ def test_a_failed_query_embedding_fails_recall_and_counts_nothing(
         store: MemoryStore) -> None:
     _seed(store)
     broken = MemoryStore(engine=store.engine,  # type: ignore[arg-type]
-                         embedder=_SlowEmbedder(store.embedder, fail=QUERY))
+                         embedder=_WrappedEmbedder(store.embedder, fail=QUERY))
     with pytest.raises(RuntimeError, match="backend is down"):
         broken.recall(AGENT, QUERY)
     with store.session() as session:
