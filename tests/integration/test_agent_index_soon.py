@@ -29,6 +29,14 @@ def _has_index(store: MemoryStore, agent: str) -> bool:
                                     {"n": index_name(agent)}).scalar_one())
 
 
+def _built(store: MemoryStore) -> int:
+    """How many indexes the audited, finished index_agents runs built."""
+    with store.session() as session:
+        return int(session.execute(text(
+            "SELECT coalesce(sum((stats->>'built')::int), 0) FROM maintenance_runs "
+            "WHERE job = 'index_agents' AND status = 'ok'")).scalar_one())
+
+
 def _notes(count: int) -> list[dict[str, Any]]:
     return [{"content": f"Field note {i}: a heron stood in the reeds at dawn."}
             for i in range(count)]
@@ -48,15 +56,14 @@ def test_a_large_agent_gets_its_index_soon_after_it_first_recalls(
         for _ in range(4):
             assert client.recall(small, "herons at dawn")
             assert client.recall(large, "herons at dawn")
+    # The index's name is in the catalog as soon as CREATE INDEX CONCURRENTLY starts;
+    # the run is done, and audited, only once the audit row is there.
     deadline = time.monotonic() + 60
-    while not _has_index(store, large):
+    while (built := _built(store)) == 0:
         assert time.monotonic() < deadline, f"no index within 60 s:\n{worker.log_tail()}"
         time.sleep(0.2)
+    assert _has_index(store, large)
     assert not _has_index(store, small)
-    with store.session() as session:
-        built = session.execute(text(
-            "SELECT coalesce(sum((stats->>'built')::int), 0) FROM maintenance_runs "
-            "WHERE job = 'index_agents' AND status = 'ok'")).scalar_one()
     assert built == 1  # requested by each pool process at most once; built once
 
 
