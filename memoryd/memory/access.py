@@ -4,9 +4,10 @@ A replica cannot run recall's access bump (``recall.touch``, an UPDATE). A recal
 there reads the returned rows as they stand, shows them with this access counted (as
 the primary's bump would), and leaves the bump to an ``AccessBuffer``: a helper thread
 applies all that gathered, at most every ``FLUSH_EVERY_S`` or ``FLUSH_AT`` memories, in
-one set-based UPDATE on the primary (``synchronous_commit`` off, rows locked by a
-maintenance job skipped, as ``touch`` does), and once more as the process exits. A crash
-loses at most the last second or so of these access counts, never a memory.
+one set-based UPDATE on the primary (``apply``: ``synchronous_commit`` off; rows a
+maintenance job holds locked are skipped, as ``touch`` does, and their counts wait for
+the next flush), and once more as the process exits. A crash loses at most the last
+second or so of these access counts, never a memory.
 """
 
 from __future__ import annotations
@@ -34,17 +35,43 @@ FLUSH_EVERY_S = 1.0
 FLUSH_AT = 1000  # memories pending that wake the flusher at once
 MAX_PENDING = 100_000  # beyond this (the primary unreachable for long), counts are dropped
 
+# The counts, added to the rows no other transaction holds locked (the flush never
+# waits on a job rewriting them, nor deadlocks with it). Returns each count's memory and
+# whether it was counted, held (it exists, but was locked) or gone (deleted meanwhile).
 _APPLY = text("""
-    UPDATE memories AS m
-    SET access_count = m.access_count + b.n,
-        last_accessed_at = GREATEST(m.last_accessed_at, b.at)
-    FROM unnest(CAST(:agents AS text[]), CAST(:ids AS uuid[]), CAST(:ns AS int[]),
-                CAST(:ats AS timestamptz[])) AS b(agent_id, id, n, at)
-    WHERE m.id = b.id AND m.agent_id = b.agent_id
-      AND m.id IN (SELECT id FROM memories WHERE id = ANY(CAST(:ids AS uuid[]))
-                   FOR UPDATE SKIP LOCKED)
-      AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+    WITH b AS (
+        SELECT * FROM unnest(CAST(:agents AS text[]), CAST(:ids AS uuid[]),
+                             CAST(:ns AS int[]), CAST(:ats AS timestamptz[]))
+                      AS b(agent_id, id, n, at)),
+    free AS (
+        SELECT m.id FROM memories m JOIN b ON m.id = b.id AND m.agent_id = b.agent_id
+        FOR UPDATE OF m SKIP LOCKED),
+    bumped AS (
+        UPDATE memories AS m
+        SET access_count = m.access_count + b.n,
+            last_accessed_at = GREATEST(m.last_accessed_at, b.at)
+        FROM b
+        WHERE m.id = b.id AND m.agent_id = b.agent_id AND m.id IN (SELECT id FROM free)
+          AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL
+        RETURNING m.id)
+    SELECT b.agent_id, b.id, b.id IN (SELECT id FROM bumped) AS counted, m.id IS NOT NULL AS kept
+    FROM b LEFT JOIN memories m ON m.id = b.id AND m.agent_id = b.agent_id
 """)
+
+Key = tuple[str, Any]  # (agent id, memory id)
+
+
+def apply(session: Session, batch: Mapping[Key, tuple[int, datetime]]
+          ) -> tuple[int, list[Key]]:
+    """Add ``batch``'s counts (count, newest access time) to their memories: how many
+    memories were counted, and the keys of those another transaction held locked, whose
+    counts were not applied (a deleted memory's count is neither)."""
+    keys = list(batch)
+    params = {"agents": [a for a, _ in keys], "ids": [i for _, i in keys],
+              "ns": [batch[k][0] for k in keys], "ats": [batch[k][1] for k in keys]}
+    rows = session.execute(_APPLY, params).all()
+    held = [(str(r.agent_id), r.id) for r in rows if r.kept and not r.counted]
+    return sum(1 for r in rows if r.counted), held
 
 
 class AccessBuffer:
@@ -53,8 +80,9 @@ class AccessBuffer:
     def __init__(self, primary: Engine, every_s: float = FLUSH_EVERY_S) -> None:
         self.primary = primary
         self.every_s = every_s
-        self._pending: dict[tuple[str, Any], tuple[int, datetime]] = {}
+        self._pending: dict[Key, tuple[int, datetime]] = {}
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time
         self._wake = threading.Event()
         self._pid = -1  # the process whose flusher runs (none yet)
         self._closed = False
@@ -91,6 +119,7 @@ class AccessBuffer:
         if self._pid != -1:
             self._pending.clear()
             self._wake = threading.Event()
+            self._flushing = threading.Lock()  # the parent's flusher may have held it
         self._pid = os.getpid()
         threading.Thread(target=self._run, name="memoryd-access", daemon=True).start()
 
@@ -103,28 +132,39 @@ class AccessBuffer:
 
     def flush(self) -> int:
         """Apply every pending count to the primary now; returns the memories counted.
-        On failure the counts wait for the next flush."""
+        Flushes run one at a time, so this returns once what was pending when it was
+        called is applied or put back. Counts that could not be applied (the primary
+        failed, or a job held the row) wait for the next flush."""
         with self._lock:
             if self._pid != os.getpid():
                 return 0
-            batch, self._pending = self._pending, {}
-        if not batch:
-            return 0
-        keys = list(batch)
-        params = {"agents": [a for a, _ in keys], "ids": [i for _, i in keys],
-                  "ns": [batch[k][0] for k in keys], "ats": [batch[k][1] for k in keys]}
-        try:
-            with session_scope(self.primary) as session:
-                session.execute(_APPLY, params)
-        except DBAPIError as exc:
-            log.warning("access.flush_failed", memories=len(batch), error=type(exc.orig).__name__)
+        with self._flushing:
             with self._lock:
-                for key, (count, at) in batch.items():
-                    if len(self._pending) < MAX_PENDING:
-                        more, newest = self._pending.get(key, (0, at))
-                        self._pending[key] = (count + more, max(at, newest))
-            return 0
-        return len(batch)
+                batch, self._pending = self._pending, {}
+            if not batch:
+                return 0
+            try:
+                with session_scope(self.primary) as session:
+                    counted, held = apply(session, batch)
+            except DBAPIError as exc:
+                log.warning("access.flush_failed", memories=len(batch),
+                            error=type(exc.orig).__name__)
+                self._requeue(batch)
+                return 0
+            self._requeue({key: batch[key] for key in held})
+            return counted
+
+    def pending(self) -> int:
+        """How many memories have counts waiting for a flush."""
+        with self._lock:
+            return len(self._pending)
+
+    def _requeue(self, counts: Mapping[Key, tuple[int, datetime]]) -> None:
+        with self._lock:
+            for key, (count, at) in counts.items():
+                if len(self._pending) < MAX_PENDING:
+                    more, newest = self._pending.get(key, (0, at))
+                    self._pending[key] = (count + more, max(at, newest))
 
     def close(self) -> None:
         """Apply what is pending and stop the flusher."""
