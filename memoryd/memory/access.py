@@ -162,7 +162,7 @@ class AccessBuffer:
     def _requeue(self, counts: Mapping[Key, tuple[int, datetime]]) -> None:
         with self._lock:
             for key, (count, at) in counts.items():
-                if len(self._pending) < MAX_PENDING:
+                if key in self._pending or len(self._pending) < MAX_PENDING:
                     more, newest = self._pending.get(key, (0, at))
                     self._pending[key] = (count + more, max(at, newest))
 
