@@ -7,7 +7,7 @@ memories; then, in process:
 
 - recall p50/p95 served by the primary (a store without replicas) and by the replica
   (a store with ``MEMORYD_DATABASE_REPLICA_URLS``, recalling agents without recent
-  writes), ``--queries`` questions each;
+  writes), ``--queries`` questions each, the two timed call by call in turn;
 - ``--calls`` mixed calls across the agents, 80 % recall and 20 % store; after each
   recall the caller's own latest store is looked up by ``get`` and by ``list`` (newest
   first): a lookup that misses it is a missed own write (the target is 0), and where
@@ -98,12 +98,17 @@ def caught_up(primary: Any, standby: Any, timeout: float = 120.0) -> None:
             time.sleep(0.05)
 
 
-def recall_latency(store: Any, agents: Sequence[str], questions: Sequence[str]) -> list[float]:
-    samples = []
+def recall_latency(stores: dict[str, Any], agents: Sequence[str],
+                   questions: Sequence[str]) -> dict[str, list[float]]:
+    """Each question recalled through each store in turn (the order alternating), so
+    both targets are timed through the same moments of a machine whose speed drifts."""
+    samples: dict[str, list[float]] = {name: [] for name in stores}
+    names = list(stores)
     for i, question in enumerate(questions):
-        started = time.perf_counter()
-        store.recall(agents[i % len(agents)], question)
-        samples.append((time.perf_counter() - started) * 1000)
+        for name in names if i % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            stores[name].recall(agents[i % len(agents)], question)
+            samples[name].append((time.perf_counter() - started) * 1000)
     return samples
 
 
@@ -169,12 +174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seed(replicas, agents, args.per_agent)
                 caught_up(primary, standby)
                 questions = seeding.queries(args.queries)
-                recall_latency(on_primary, agents, questions[:20])  # warm both
-                recall_latency(replicas, agents, questions[:20])
+                targets = {"primary": on_primary, "replica": replicas}
+                recall_latency(targets, agents, questions[:20])  # warm both
                 before = dict(replicas.replicas.served)
                 report["recall_ms"] = {
-                    "primary": percentiles(recall_latency(on_primary, agents, questions)),
-                    "replica": percentiles(recall_latency(replicas, agents, questions))}
+                    name: percentiles(samples) for name, samples
+                    in recall_latency(targets, agents, questions).items()}
                 report["recall_served"] = {k: v - before.get(k, 0)
                                            for k, v in replicas.replicas.served.items()}
                 report["mixed"] = mixed(replicas, agents, args.calls)

@@ -103,11 +103,28 @@ _factories: weakref.WeakKeyDictionary[Engine, sessionmaker[Session]] = weakref.W
 
 
 @contextmanager
-def session_scope(engine: Engine) -> Iterator[Session]:
-    """A session in one transaction: committed on success, rolled back on error."""
+def session_scope(engine: Engine, *, explicit: bool = False) -> Iterator[Session]:
+    """A session in one transaction: committed on success, rolled back on error. With
+    ``explicit``, its statements run in a transaction only once it sends BEGIN itself
+    (``explicit_transactions``)."""
     # One factory per engine: building a sessionmaker per session is measurable on recall.
     factory = _factories.get(engine)
     if factory is None:
         factory = _factories[engine] = sessionmaker(engine, expire_on_commit=False)
     with factory() as session, session.begin():
+        if explicit:
+            explicit_transactions(session)
         yield session
+
+
+def explicit_transactions(session: Session) -> None:
+    """Give ``session`` (which has not run a statement yet) a connection in the driver's
+    autocommit mode: each statement is a transaction of its own until the session sends
+    BEGIN itself, and its COMMIT or ROLLBACK ends that transaction as usual.
+
+    Psycopg otherwise sends a transaction's BEGIN on its own and waits for the answer, a
+    round trip; a pipeline (``memoryd.db.pipeline``) sends it together with its
+    statements instead, and can send the COMMIT with its last one. Recall's reads take
+    three round trips this way instead of five. The pool returns the connection to its
+    default mode when it is checked in."""
+    session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})

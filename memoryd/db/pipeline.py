@@ -2,10 +2,14 @@
 work of its own to do while PostgreSQL runs them: recall sends its keyword statement,
 embeds the query meanwhile on its own thread, then reads the hits. Through SQLAlchemy
 each statement waits for its result before the next line of Python runs, and handing
-the embedding to another thread costs two thread wake-ups a recall.
+the embedding to another thread costs two thread wake-ups a recall. A block of
+statements costs one round trip, at its end, if their rows are read after it.
 
 Statements go out on the session's own connection and transaction, so what they set
-with ``set_config(..., true)`` holds for the session's later statements. Errors come
+with ``set_config(..., true)`` holds for the session's later statements. On a session
+of explicit transactions (``memoryd.db.engine.explicit_transactions``) with none open,
+the pipeline sends the BEGIN ahead of its statements, and ``Pipe.commit`` sends the
+COMMIT behind them: neither costs a round trip of its own. Errors come
 back as SQLAlchemy's (``DBAPIError`` and its subclasses, parameters hidden), and a
 connection that broke is invalidated, as SQLAlchemy does for its own statements.
 """
@@ -18,6 +22,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import Dialect
@@ -41,7 +46,10 @@ class Sent:
         self._cursor = cursor
 
     def rows(self) -> list[dict[str, Any]]:
-        """Its rows (this waits for them, and for the statements sent before it)."""
+        """Its rows. Read after the pipeline's block, they came back with every other
+        result in the one round trip that ends the block (psycopg ends a pipeline with a
+        Sync and waits for the server's answer to it, whatever was read before); read
+        inside it, they cost a round trip of their own."""
         with self._pipe.translated(), self._cursor:
             return self._cursor.fetchall()
 
@@ -59,6 +67,14 @@ class Pipe:
         with self.translated():
             cursor.execute(_driver_sql(sql, self._connection.dialect), params)
         return Sent(self, cursor)
+
+    def commit(self) -> None:
+        """On a session of explicit transactions, send the COMMIT of the transaction after
+        the statements sent (their rows stay readable); otherwise nothing: the session's
+        own commit ends its transaction."""
+        if self._driver.autocommit:
+            with self.translated():
+                self._driver.execute(b"COMMIT")
 
     @contextmanager
     def translated(self) -> Iterator[None]:
@@ -89,4 +105,6 @@ def pipeline(session: Session) -> Iterator[Pipe]:
         raise TypeError("statements are pipelined through psycopg only")
     pipe = Pipe(connection, driver)
     with pipe.translated(), driver.pipeline():
+        if driver.autocommit and driver.info.transaction_status == TransactionStatus.IDLE:
+            driver.execute(b"BEGIN")
         yield pipe

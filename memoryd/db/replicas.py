@@ -21,15 +21,14 @@ backend, else the broker, when it is Redis), under a hash of the agent id, raise
 atomically, kept ``MARK_TTL_FLOOR_S`` or ten times the staleness a replica may have,
 whichever is longer: every process, worker or gateway, sees them. A read for an agent
 with a mark uses a replica only if that replica's replay position, read on the very
-connection of the read, in its transaction and before any of its statements, has
-reached the mark (each later statement takes a snapshot after that answer, in READ
-COMMITTED, PostgreSQL's default; the check is a statement of its own, because a
-statement's snapshot is taken before its functions are evaluated). Otherwise the read
-goes to the primary. Without Redis, or with Redis unreachable, every read goes to the
-primary: a mark that cannot be read is never assumed absent. A mark that cannot be
-recorded fails the write's call after its commit (``Unavailable``): the write stands
-and a retry finds it (every write is idempotent), but it is never acknowledged without
-its mark.
+connection of the read before any of its statements, has reached the mark (each later
+statement takes a snapshot after that answer, in READ COMMITTED, PostgreSQL's default;
+the check is a statement of its own, because a statement's snapshot is taken before its
+functions are evaluated). Otherwise the read goes to the primary. Without Redis, or
+with Redis unreachable, every read goes to the primary: a mark that cannot be read is
+never assumed absent. A mark that cannot be recorded fails the write's call after its
+commit (``Unavailable``): the write stands and a retry finds it (every write is
+idempotent), but it is never acknowledged without its mark.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from memoryd.config import Settings
-from memoryd.db.engine import make_engine, session_scope
+from memoryd.db.engine import explicit_transactions, make_engine, session_scope
 from memoryd.errors import NoBrokerConfigured, Unavailable
 from memoryd.process import LOCK, Slot
 
@@ -249,12 +248,13 @@ class ReplicaSet:
     # --- reads -----------------------------------------------------------------------
     @contextmanager
     def read_session(self, agent_id: str, primary: Engine) -> Iterator[Session]:
-        """A session for pure reads of the agent's data: on a healthy replica that has
-        replayed the agent's mark, else on ``primary``. ``session.info["replica"]``
-        names the replica, or is None on the primary."""
+        """A session of explicit transactions (``memoryd.db.engine
+        .explicit_transactions``) for pure reads of the agent's data: on a healthy
+        replica that has replayed the agent's mark, else on ``primary``.
+        ``session.info["replica"]`` names the replica, or is None on the primary."""
         session = self._replica_session(agent_id, primary)
         if session is None:
-            with session_scope(primary) as on_primary:
+            with session_scope(primary, explicit=True) as on_primary:
                 on_primary.info["replica"] = None
                 yield on_primary
             return
@@ -288,8 +288,9 @@ class ReplicaSet:
         return self._primary("replica_failed")
 
     def _open(self, replica: Replica, mark: int | None) -> Session | None:
-        """A session on ``replica`` whose transaction has checked that it replayed
-        ``mark``; None if it has not (or failed: it is then marked down)."""
+        """A session on ``replica`` that has checked, before any of its reads, that it
+        replayed ``mark``; None if it has not (or failed: it is then marked down). The
+        check is a transaction of its own: the reads' snapshots are taken after it."""
         factory = self._factories.get(replica.name)
         if factory is None:
             factory = self._factories[replica.name] = sessionmaker(
@@ -297,6 +298,7 @@ class ReplicaSet:
         session = factory()
         session.info["replica"] = replica.name
         try:
+            explicit_transactions(session)
             replayed = session.execute(
                 text("SELECT pg_last_wal_replay_lsn()::text")).scalar_one()
         except DBAPIError as exc:

@@ -5,7 +5,9 @@ A recall is planned first (``plan``: a ``RecallPlan`` says which searches and se
 the agent's size calls for, and holds their statements), then executed (``execute``)
 in one transaction: the keyword side first, which needs no query embedding, so it is
 sent ahead (``memoryd.db.pipeline``) and runs while the query is embedded
-(``QueryVector``); then the vector side merged with its hits.
+(``QueryVector``); then the vector side merged with its hits. On a session of explicit
+transactions (``MemoryStore.read_session``) the BEGIN travels with the keyword side and
+the COMMIT with the vector side, and the access bump is a transaction of its own.
 
 Two vector searches, by the agent's size and index:
 - ``hnsw`` for an agent with an HNSW index of its own (``index_agents``: the largest
@@ -86,6 +88,8 @@ class RecallPlan:
        ready (it is computed while the server runs 1 and 2); with ``sessions``, it
        also reads the candidates' session positions and brings in the seeds' session
        neighbours (the second round).
+    On a session of explicit transactions the transaction's BEGIN is sent with 1 and 2,
+    its COMMIT with 3.
     """
 
     agent_id: str
@@ -174,10 +178,11 @@ def searched(ctx: Recaller, session: Session, recall_plan: RecallPlan, query: st
         return execute(session, recall_plan, query_vector, own)
     hits = keyword_hits(session, recall_plan)
     found: list[Candidate] = []
-    for model in models:
+    for i, model in enumerate(models):
         vector = (query_vector.result() if model == own
                   else to_pgvector(ctx.query_embedder_for(model).embed([query])[0]))
-        found += candidates(session, recall_plan, vector, hits, model)
+        found += candidates(session, recall_plan, vector, hits, model,
+                            last=i == len(models) - 1)
     return found
 
 
@@ -252,13 +257,17 @@ def keyword_hits(session: Session, recall_plan: RecallPlan) -> list[KeywordHit]:
     """The plan's statements before the candidate query: the keyword side's hits, best
     first (none if the query has no words), with the vector query's settings applied for
     the rest of the transaction either way."""
-    if recall_plan.keyword_statement is None:
-        if recall_plan.settings_statement is not None:
-            recall_plan.settings_statement.run(session)
-        return []
-    if recall_plan.keyword_setup is not None:
-        recall_plan.keyword_setup.run(session)
-    return _hits(recall_plan.keyword_statement.run(session).mappings().all())
+    with pipeline(session) as pipe:
+        if recall_plan.keyword_statement is None:
+            if recall_plan.settings_statement is not None:
+                pipe.send(recall_plan.settings_statement.text,
+                          recall_plan.settings_statement.params)
+            return []
+        if recall_plan.keyword_setup is not None:
+            pipe.send(recall_plan.keyword_setup.text, recall_plan.keyword_setup.params)
+        sent = pipe.send(recall_plan.keyword_statement.text,
+                         recall_plan.keyword_statement.params)
+    return _hits(sent.rows())
 
 
 def _hits(rows: Iterable[Mapping[str, Any]]) -> list[KeywordHit]:
@@ -267,15 +276,21 @@ def _hits(rows: Iterable[Mapping[str, Any]]) -> list[KeywordHit]:
 
 
 def candidates(session: Session, recall_plan: RecallPlan, query_vector: str,
-               hits: list[KeywordHit], model: str | None = None) -> list[Candidate]:
+               hits: list[KeywordHit], model: str | None = None, *,
+               last: bool = False) -> list[Candidate]:
     """Up to ``per_retriever`` candidates from the vector side, merged with the keyword
     side's ``hits``, with raw components (after ``keyword_hits``, which applied the
     settings the vector side needs), and with the plan's ``sessions``, the seeds' session
     neighbours and everyone's session position. With ``model``, only memories of that
-    embedding model, and ``query_vector`` must be that model's."""
-    result = recall_plan.candidate_statement(query_vector, hits, model).run(session)
+    embedding model, and ``query_vector`` must be that model's. ``last``: the plan's
+    last read, whose COMMIT, on a session of explicit transactions, goes with it."""
+    sql = recall_plan.candidate_statement(query_vector, hits, model)
+    with pipeline(session) as pipe:
+        sent = pipe.send(sql.text, sql.params)
+        if last:
+            pipe.commit()
     found: dict[Any, Candidate] = {}
-    for row in result.mappings().all():
+    for row in sent.rows():
         # A damaged session list can hold an id twice: the first place counts.
         found.setdefault(row["id"], Candidate(
             row=row, semantic=float(row["semantic"]), keyword_raw=float(row["keyword_raw"]),
@@ -349,15 +364,15 @@ def execute(session: Session, recall_plan: RecallPlan, query_vector: QueryVector
     plan-cache setting with the keyword statement spares its round trip."""
     if recall_plan.keyword_statement is None:
         hits = keyword_hits(session, recall_plan)
-        return candidates(session, recall_plan, query_vector.result(), hits, model)
+        return candidates(session, recall_plan, query_vector.result(), hits, model,
+                          last=True)
     with pipeline(session) as pipe:
         if recall_plan.keyword_setup is not None:
             pipe.send(recall_plan.keyword_setup.text, recall_plan.keyword_setup.params)
         sent = pipe.send(recall_plan.keyword_statement.text,
                          recall_plan.keyword_statement.params)
         vector = query_vector.result()
-        hits = _hits(sent.rows())
-    return candidates(session, recall_plan, vector, hits, model)
+    return candidates(session, recall_plan, vector, _hits(sent.rows()), model, last=True)
 
 
 @dataclass
@@ -434,7 +449,9 @@ def touch(session: Session, agent_id: str, ids: list[Any]) -> dict[Any, Mapping[
     (an uncorrelated subquery, evaluated once): the access bump is recall's only write,
     and waiting for its WAL flush at commit bought nothing worth the latency. A crash
     can lose the last fraction of a second of access counts, never a memory. Setting it
-    here rather than up front saves a round trip.
+    here rather than up front saves a round trip. On a session of explicit transactions,
+    after the reads' COMMIT, the statement is a transaction of its own, committed as it
+    ends: no COMMIT round trip either.
 
     Rows another transaction holds locked (a maintenance job rewriting them) are skipped,
     not waited for: recall never waits on maintenance, and never deadlocks with a job

@@ -139,9 +139,13 @@ class MemoryStore:
     def read_session(self, agent_id: str) -> Iterator[Session]:
         """A session for pure reads of the agent's data: on a replica when one is
         configured, healthy and has replayed the agent's own writes, else the primary
-        (``session.info["replica"]`` says which)."""
+        (``session.info["replica"]`` says which). Of explicit transactions
+        (``memoryd.db.engine.explicit_transactions``): each statement is a transaction of
+        its own, which spares a read its BEGIN and COMMIT round trips, unless a pipeline
+        begins one (recall does, for the settings its statements share). In READ
+        COMMITTED, PostgreSQL's default, each statement reads its own snapshot either way."""
         if self.replicas is None:
-            with self.session() as session:
+            with session_scope(self.engine, explicit=True) as session:
                 yield session
             return
         with self.replicas.read_session(agent_id, self.engine) as session:

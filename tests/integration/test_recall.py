@@ -618,15 +618,17 @@ def test_index_keyword_query_runs_with_a_generic_plan(store: MemoryStore, large:
 
 
 @pytest.mark.parametrize(("keyword_scan_max", "ahead"), [
-    (10_000, ["keyword"]),
-    (0, ["setup", "keyword"]),
+    (10_000, ["keyword", "candidates"]),
+    (0, ["setup", "keyword", "candidates"]),
 ])
 def test_a_recall_sends_its_keyword_query_ahead_then_takes_one_round_trip_per_step(
         store: MemoryStore, monkeypatch: pytest.MonkeyPatch, keyword_scan_max: int,
         ahead: list[str]) -> None:
     """Once the agent's size is known: the keyword query (with its generic-plan setting
-    for the index search) sent ahead together, then the candidate query and the access
-    bump; no statement of its own for the vector settings."""
+    for the index search) sent ahead together, then the candidate query, both pipelined
+    (with the transaction's BEGIN and COMMIT), and the access bump; no statement of its
+    own for the vector settings (tests/integration/test_recall_round_trips.py counts the
+    round trips on the wire)."""
     from sqlalchemy import event
 
     from memoryd.memory import keywords
@@ -646,7 +648,7 @@ def test_a_recall_sends_its_keyword_query_ahead_then_takes_one_round_trip_per_st
     finally:
         event.remove(store.engine, "before_cursor_execute", remember)
     assert [_step(sql) for sql in pipelined] == ahead
-    assert sent == ["candidates", "touch"]
+    assert sent == ["touch"]
 
 
 def _step(statement: str) -> str:
@@ -696,8 +698,8 @@ def test_session_context_and_the_second_round_cost_no_round_trip_of_their_own(
         hits = expanding.recall(AGENT, "What did Melanie adopt?", limit=3)
     finally:
         expanding.engine.dispose()
-    assert [_step(sql) for sql in pipelined] == ["keyword"]
-    assert sent == ["candidates", "touch"]
+    assert [_step(sql) for sql in pipelined] == ["keyword", "candidates"]
+    assert sent == ["touch"]
     assert any(h.components.context > 0 for h in hits)
 
 
