@@ -5,65 +5,25 @@ failed."""
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from psycopg import pq
-from sqlalchemy import Engine, event, text
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from memoryd.db.engine import make_engine
 from memoryd.memory import recall as rc
 from memoryd.memory.recall_sql import Sql
 from memoryd.memory.store import MemoryStore
+from tests.support.wire import round_trips, wire
 
 AGENT = "agent-round-trips"
 MEMORIES = ["The user is allergic to peanuts.", "The user's sister lives in Lisbon.",
             "The staging server was rebooted after the kernel update.",
             "The weekly sync moved to the small meeting room."]
 QUERY = "Which food allergies does the user have?"
-
-
-@contextmanager
-def wire(engine: Engine, folder: Path) -> Iterator[list[str]]:
-    """The protocol messages of every connection checked out of ``engine`` meanwhile,
-    in order: "F <message>" sent, "B <message>" received (traced into ``folder``)."""
-    messages: list[str] = []
-    traced: list[tuple[Any, Path]] = []
-
-    def start(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-        path = folder / f"trace-{len(traced)}"
-        pgconn = dbapi_connection.pgconn
-        pgconn.trace(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        traced.append((pgconn, path))
-
-    def stop(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.pgconn.untrace()  # flushes the trace
-
-    event.listen(engine, "checkout", start)
-    event.listen(engine, "checkin", stop)
-    try:
-        yield messages
-    finally:
-        event.remove(engine, "checkout", start)
-        event.remove(engine, "checkin", stop)
-        for _, path in traced:
-            for line in path.read_text().splitlines():
-                fields = line.split("\t")  # a statement's text may continue on more lines
-                if len(fields) >= 3 and fields[0] in ("F", "B") and fields[1].isdigit():
-                    messages.append(f"{fields[0]} {fields[2]}")
-
-
-def round_trips(messages: list[str]) -> int:
-    """How many times the client sent something and then waited for an answer."""
-    return sum(1 for before, after in itertools.pairwise(messages)
-               if before.startswith("F") and after.startswith("B"))
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.errors import NotFound
 from memoryd.memory.store import MemoryStore
 from memoryd.process import SLOTS
+from tests.support.wire import round_trips, wire
 from tests.support.workers import redis_db_url
 
 MARKS_DB = 11
@@ -187,6 +188,23 @@ def test_recall_list_get_and_the_other_reads_are_served_by_the_replica(
     cluster.caught_up()
     with pytest.raises(NotFound):  # replayed now: gone on the replica too
         store.get(agent, ids[0])
+
+
+def test_a_recall_served_by_the_replica_takes_four_round_trips_there(
+        cluster: Cluster, make_store: Callable[..., MemoryStore], tmp_path: Path) -> None:
+    """The replay check, the keyword side (with the BEGIN), the vector side (with the
+    COMMIT) and the read of the hits' rows; no ROLLBACK when the session closes. (The
+    access counts go to the primary later, in a flush of their own.)"""
+    store = make_store(replica_check_interval_s=60.0)
+    agent = "counted"
+    seeded(store, cluster, agent)
+    store.recall(agent, "hiking in the Alps", limit=3)  # sizes counted
+    assert store.replicas is not None
+    before = replica_reads(store)
+    with wire(store.replicas.replicas[0].engine, tmp_path) as on_replica:
+        assert len(store.recall(agent, "hiking in the Alps", limit=3)) == 3
+    assert replica_reads(store) == before + 1
+    assert round_trips(on_replica) == 4, "\n".join(on_replica)
 
 
 def test_an_agents_own_write_is_read_back_while_replay_is_paused_and_others_stay_on_the_replica(
