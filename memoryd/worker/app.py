@@ -8,6 +8,7 @@ from typing import Any
 from celery import Celery
 
 from memoryd.broker import broker_for
+from memoryd.broker.redis_results import worker_backend
 from memoryd.celery_config import celery_config
 from memoryd.config import Settings, get_settings
 from memoryd.errors import NoBrokerConfigured
@@ -39,6 +40,8 @@ def worker_config(settings: Settings, broker_url: str | None = None,
     return {
         **config,
         **broker_for(config["broker_url"]).worker_options(settings),
+        # Results written in one atomic round trip (``memoryd.broker.redis_results``).
+        "result_backend": worker_backend(config["result_backend"]),
         # A task is acknowledged only after it ran; if the worker dies, it is redelivered.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,

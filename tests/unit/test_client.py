@@ -300,7 +300,10 @@ def test_the_client_and_the_worker_share_one_celery_configuration(tmp_path: Path
     settings = Settings(data_dir=tmp_path, broker_url="redis://127.0.0.1:6390/3")
     client = MemoryClient(settings=settings)
     worker = worker_config(settings)
-    for key in ("broker_url", "result_backend", "task_serializer", "accept_content",
+    for key in ("broker_url", "task_serializer", "accept_content",
                 "result_accept_content", "task_routes", "broker_transport_options",
                 "result_expires"):
         assert client._app.conf[key] == worker[key], key
+    # The same Redis for results; the worker writes them through its own backend class.
+    assert worker["result_backend"] == (
+        f"memoryd.broker.redis_results:ResultBackend+{client._app.conf.result_backend}")
