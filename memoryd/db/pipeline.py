@@ -96,15 +96,17 @@ def _translated(connection: Connection, exc: psycopg.Error) -> Exception:
 
 
 @contextmanager
-def pipeline(session: Session) -> Iterator[Pipe]:
+def pipeline(session: Session, *, begin: bool = True) -> Iterator[Pipe]:
     """A ``Pipe`` on the session's connection, in its transaction; leaving the block
-    waits for every statement sent."""
+    waits for every statement sent. ``begin=False``: on a session of explicit
+    transactions with none open, the statements run as transactions of their own."""
     connection = session.connection()
     driver = connection.connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         raise TypeError("statements are pipelined through psycopg only")
     pipe = Pipe(connection, driver)
     with pipe.translated(), driver.pipeline():
-        if driver.autocommit and driver.info.transaction_status == TransactionStatus.IDLE:
+        if (begin and driver.autocommit
+                and driver.info.transaction_status == TransactionStatus.IDLE):
             driver.execute(b"BEGIN")
         yield pipe

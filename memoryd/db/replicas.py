@@ -24,7 +24,8 @@ with a mark uses a replica only if that replica's replay position, read on the v
 connection of the read before any of its statements, has reached the mark (each later
 statement takes a snapshot after that answer, in READ COMMITTED, PostgreSQL's default;
 the check is a statement of its own, because a statement's snapshot is taken before its
-functions are evaluated). Otherwise the read goes to the primary. Without Redis, or
+functions are evaluated; the mark is read from Redis while the replica answers it).
+Otherwise the read goes to the primary. Without Redis, or
 with Redis unreachable, every read goes to the primary: a mark that cannot be read is
 never assumed absent. A mark that cannot be recorded fails the write's call after its
 commit (``Unavailable``): the write stands and a retry finds it (every write is
@@ -52,6 +53,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from memoryd.config import Settings
 from memoryd.db.engine import explicit_transactions, make_engine, session_scope
+from memoryd.db.pipeline import pipeline
 from memoryd.errors import NoBrokerConfigured, Unavailable
 from memoryd.process import LOCK, Slot
 
@@ -203,6 +205,21 @@ class Marks:
         self._client.close()
 
 
+class MarkRead:
+    """One read's look at its agent's mark: asked of Redis once, on first use."""
+
+    def __init__(self, marks: Marks, agent_id: str) -> None:
+        self._marks = marks
+        self._agent_id = agent_id
+        self._value: tuple[bool, int | None] | None = None
+
+    def get(self) -> tuple[bool, int | None]:
+        """(known, the mark or None), as ``Marks.get``."""
+        if self._value is None:
+            self._value = self._marks.get(self._agent_id)
+        return self._value
+
+
 def marks_url(settings: Settings) -> str | None:
     """Where marks live: the result backend, else the broker, when it is Redis."""
     candidates = [settings.result_backend]
@@ -274,23 +291,29 @@ class ReplicaSet:
         healthy = self.healthy(primary)
         if not healthy:
             return self._primary("no_healthy_replica")
-        known, mark = self.marks.get(agent_id)
-        if not known:
-            return self._primary("marks_unreachable")
         random.shuffle(healthy)
+        mark = MarkRead(self.marks, agent_id)
         for replica in healthy:
-            session = self._open(replica, mark)
-            if session is not None:
-                self._served(replica.name)
-                return session
-            if replica.health.ok:  # reachable, but not yet at the agent's mark
+            session, replayed = self._open(replica, mark)
+            known, wanted = mark.get()
+            if session is None:  # the replica failed: marked down, the next one is tried
+                continue
+            if not known:
+                session.close()
+                return self._primary("marks_unreachable")
+            if replayed is None or (wanted is not None and replayed < wanted):
+                session.close()  # reachable, but not yet at the agent's mark
                 return self._primary("behind_mark")
-        return self._primary("replica_failed")
+            self._served(replica.name)
+            return session
+        return self._primary("replica_failed" if mark.get()[0] else "marks_unreachable")
 
-    def _open(self, replica: Replica, mark: int | None) -> Session | None:
-        """A session on ``replica`` that has checked, before any of its reads, that it
-        replayed ``mark``; None if it has not (or failed: it is then marked down). The
-        check is a transaction of its own: the reads' snapshots are taken after it."""
+    def _open(self, replica: Replica, mark: MarkRead) -> tuple[Session | None, int | None]:
+        """A session on ``replica`` and the replay position it reported before any of
+        its reads (None: not in recovery); no session if the replica failed (it is then
+        marked down). The agent's mark is read from Redis while the replica answers (the
+        check is sent ahead of its result: ``memoryd.db.pipeline``). The check is a
+        transaction of its own: the reads' snapshots are taken after it."""
         factory = self._factories.get(replica.name)
         if factory is None:
             factory = self._factories[replica.name] = sessionmaker(
@@ -299,18 +322,17 @@ class ReplicaSet:
         session.info["replica"] = replica.name
         try:
             explicit_transactions(session)
-            replayed = session.execute(
-                text("SELECT pg_last_wal_replay_lsn()::text")).scalar_one()
+            with pipeline(session, begin=False) as pipe:
+                sent = pipe.send("SELECT pg_last_wal_replay_lsn()::text AS replayed", {})
+                mark.get()
+            replayed = sent.rows()[0]["replayed"]
         except DBAPIError as exc:
             session.close()
             replica.failed(time.monotonic())
             log.warning("replicas.read_failed", replica=replica.name,
                         error=type(exc.orig).__name__)
-            return None
-        if replayed is None or (mark is not None and parse_lsn(replayed) < mark):
-            session.close()
-            return None
-        return session
+            return None, None
+        return session, None if replayed is None else parse_lsn(replayed)
 
     def _primary(self, why: str) -> Session | None:
         """The read goes to the primary (counted under ``why``): no replica session."""
