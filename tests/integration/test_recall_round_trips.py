@@ -40,6 +40,7 @@ def small_pool(pg_url: str, store: MemoryStore) -> Iterator[MemoryStore]:
 
 def test_a_recall_takes_three_round_trips_its_begin_and_commit_riding_on_its_statements(
         small_pool: MemoryStore, tmp_path: Path) -> None:
+    small_pool.recall(AGENT, QUERY)  # the per-process memos fresh (sizes, models, indexes)
     with wire(small_pool.engine, tmp_path) as messages:
         hits = small_pool.recall(AGENT, QUERY, limit=2)
     assert hits and hits[0].content == MEMORIES[0]
