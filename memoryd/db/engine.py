@@ -124,7 +124,7 @@ def explicit_transactions(session: Session) -> None:
 
     Psycopg otherwise sends a transaction's BEGIN on its own and waits for the answer, a
     round trip; a pipeline (``memoryd.db.pipeline``) sends it together with its
-    statements instead, and can send the COMMIT with its last one. Recall's reads take
-    three round trips this way instead of five. The pool returns the connection to its
-    default mode when it is checked in."""
+    statements instead, and can send the COMMIT with its last one: two round trips
+    fewer for a recall, and a single-statement read is one round trip in all. The pool
+    returns the connection to its default mode when it is checked in."""
     session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})

@@ -25,11 +25,11 @@ connection of the read before any of its statements, has reached the mark (each 
 statement takes a snapshot after that answer, in READ COMMITTED, PostgreSQL's default;
 the check is a statement of its own, because a statement's snapshot is taken before its
 functions are evaluated; the mark is read from Redis while the replica answers it).
-Otherwise the read goes to the primary. Without Redis, or
-with Redis unreachable, every read goes to the primary: a mark that cannot be read is
-never assumed absent. A mark that cannot be recorded fails the write's call after its
-commit (``Unavailable``): the write stands and a retry finds it (every write is
-idempotent), but it is never acknowledged without its mark.
+Otherwise the read goes to the primary. Without Redis, or with Redis unreachable, every
+read goes to the primary: a mark that cannot be read is never assumed absent. A mark
+that cannot be recorded fails the write's call after its commit (``Unavailable``): the
+write stands and a retry finds it (every write is idempotent), but it is never
+acknowledged without its mark.
 """
 
 from __future__ import annotations
