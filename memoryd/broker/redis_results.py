@@ -5,8 +5,8 @@ duplicate (a worker lost after it ran the task) never overwrites a success with 
 state, then writes the result and publishes it to the waiting caller: two Redis round
 trips for every task, and a window between them in which another run of the task can
 write. Here one Lua script, which Redis runs atomically, does the same check and the
-write and the publish (``STORE``): one round trip, no window. A worker spent about 5 % of
-its samples on that read under a fleet of callers (bench/README.md).
+write and the publish (``STORE``): one round trip, no window (what the read cost a
+worker under a fleet of callers: bench/README.md, Fleet).
 
 Selected by the worker app for ``redis://`` and ``rediss://`` result backends
 (``worker_backend``); callers read results with Celery's backend unchanged."""
