@@ -13,6 +13,7 @@ Selected by the worker app for ``redis://`` and ``rediss://`` result backends
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from celery import states
@@ -57,11 +58,13 @@ class ResultBackend(RedisBackend):  # type: ignore[misc]
         self.ensure(self._store, (self.get_key_for_task(task_id), value, expires))
         return result
 
+    @cached_property
+    def _store_script(self) -> Any:
+        """``STORE``, registered once per backend: EVALSHA from then on."""
+        return self.client.register_script(STORE)
+
     def _store(self, key: bytes | str, value: Any, expires: Any) -> Any:
-        script = self.__dict__.get("_store_script")
-        if script is None:  # registered once per backend: EVALSHA from then on
-            script = self.__dict__["_store_script"] = self.client.register_script(STORE)
-        return script(keys=[key], args=[value, int(expires or 0)])
+        return self._store_script(keys=[key], args=[value, int(expires or 0)])
 
 
 def worker_backend(url: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from memoryd.config import Settings
-from memoryd.db.pipeline import pipeline
+from memoryd.db.pipeline import Pipe, Sent, pipeline
 from memoryd.memory import keywords, ranking, timewords
 from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.memory.recall_sql import (
@@ -258,16 +258,20 @@ def keyword_hits(session: Session, recall_plan: RecallPlan) -> list[KeywordHit]:
     first (none if the query has no words), with the vector query's settings applied for
     the rest of the transaction either way."""
     with pipeline(session) as pipe:
-        if recall_plan.keyword_statement is None:
-            if recall_plan.settings_statement is not None:
-                pipe.send(recall_plan.settings_statement.text,
-                          recall_plan.settings_statement.params)
-            return []
-        if recall_plan.keyword_setup is not None:
-            pipe.send(recall_plan.keyword_setup.text, recall_plan.keyword_setup.params)
-        sent = pipe.send(recall_plan.keyword_statement.text,
-                         recall_plan.keyword_statement.params)
-    return _hits(sent.rows())
+        sent = _send_keyword_side(pipe, recall_plan)
+    return [] if sent is None else _hits(sent.rows())
+
+
+def _send_keyword_side(pipe: Pipe, recall_plan: RecallPlan) -> Sent | None:
+    """Send the plan's statements before the candidate query; the keyword statement on
+    its way, or None when the query has no words (the settings statement alone)."""
+    if recall_plan.keyword_statement is None:
+        if recall_plan.settings_statement is not None:
+            recall_plan.settings_statement.send(pipe)
+        return None
+    if recall_plan.keyword_setup is not None:
+        recall_plan.keyword_setup.send(pipe)
+    return recall_plan.keyword_statement.send(pipe)
 
 
 def _hits(rows: Iterable[Mapping[str, Any]]) -> list[KeywordHit]:
@@ -284,9 +288,8 @@ def candidates(session: Session, recall_plan: RecallPlan, query_vector: str,
     neighbours and everyone's session position. With ``model``, only memories of that
     embedding model, and ``query_vector`` must be that model's. ``last``: the plan's
     last read, whose COMMIT, on a session of explicit transactions, goes with it."""
-    sql = recall_plan.candidate_statement(query_vector, hits, model)
     with pipeline(session) as pipe:
-        sent = pipe.send(sql.text, sql.params)
+        sent = recall_plan.candidate_statement(query_vector, hits, model).send(pipe)
         if last:
             pipe.commit()
     found: dict[Any, Candidate] = {}
@@ -362,17 +365,11 @@ def execute(session: Session, recall_plan: RecallPlan, query_vector: QueryVector
     PostgreSQL runs it, then the vector side merged with its hits (with ``model``: its
     memories only). Embedding on this thread spares two thread wake-ups; sending the
     plan-cache setting with the keyword statement spares its round trip."""
-    if recall_plan.keyword_statement is None:
-        hits = keyword_hits(session, recall_plan)
-        return candidates(session, recall_plan, query_vector.result(), hits, model,
-                          last=True)
     with pipeline(session) as pipe:
-        if recall_plan.keyword_setup is not None:
-            pipe.send(recall_plan.keyword_setup.text, recall_plan.keyword_setup.params)
-        sent = pipe.send(recall_plan.keyword_statement.text,
-                         recall_plan.keyword_statement.params)
+        sent = _send_keyword_side(pipe, recall_plan)
         vector = query_vector.result()
-    return candidates(session, recall_plan, vector, _hits(sent.rows()), model, last=True)
+    hits = [] if sent is None else _hits(sent.rows())
+    return candidates(session, recall_plan, vector, hits, model, last=True)
 
 
 @dataclass

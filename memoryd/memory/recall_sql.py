@@ -16,6 +16,7 @@ from typing import Any, Literal
 from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session
 
+from memoryd.db.pipeline import Pipe, Sent
 from memoryd.memory import keywords
 from memoryd.memory.rows import RANKED_COLUMNS, column_list
 
@@ -52,6 +53,10 @@ class Sql:
     def run(self, session: Session) -> Any:
         """Execute it (its text parsed once: ``statement``); the SQLAlchemy result."""
         return session.execute(statement(self.text), self.params)
+
+    def send(self, pipe: Pipe) -> Sent:
+        """Send it ahead of its result (``memoryd.db.pipeline``)."""
+        return pipe.send(self.text, self.params)
 
 
 @dataclass(frozen=True)
