@@ -106,9 +106,9 @@ def large_cte(where: str) -> str:
     index keyed by (agent, lexeme) (``AGENT_LEXEMES``), so each reads only the entries
     of the agent's memories holding the words searched. In order: the terms and their
     weights (``_TERM_WEIGHTS``), the searches for the memories that can score high
-    (``_SEARCHES``, ``_found``), the rarest other term (``_rarest``), a fill when those
-    find fewer than ``k`` (``_fill``), and the scoring (``_SCORED``). Prefix-only
-    matches are not looked for here.
+    (``_SEARCHES``, ``_found``), then, only when those find fewer than ``k``, the rarest
+    other term (``_rarest``) and a fill (``_fill``), and the scoring (``_SCORED``).
+    Prefix-only matches are not looked for here.
     """
     return _ctes(*_TERM_WEIGHTS, *_SEARCHES, _found(where), _rarest(where), _fill(where),
                  _SCORED)
@@ -194,14 +194,18 @@ def _found(where: str) -> str:
 
 
 def _rarest(where: str) -> str:
-    """``k`` more memories holding the rarest of the other terms (typically a name: they
-    outscore memories holding one commoner term)."""
+    """Only if the searches found fewer than ``k``: ``k`` more memories holding the
+    rarest of the other terms (typically a name: they outscore memories holding one
+    commoner term). When the searches found ``k``, these add arbitrary holders of one
+    commonish term (0.3 % of the top 20 scores, bench/README.md) for a GIN scan of its
+    whole posting list, a fifth of the statement's time for a 100,000-memory agent."""
     return f"""kw_rarest AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m,
                    (SELECT CAST(quote_literal(key) AS tsquery) AS q FROM idf
                     WHERE NOT rare ORDER BY df, a LIMIT 1) r
             WHERE {_index_search("r.q", where)}
               AND m.id NOT IN (SELECT id FROM kw_found)
+              AND (SELECT count(*) FROM kw_found) < :k
             LIMIT :k)"""
 
 

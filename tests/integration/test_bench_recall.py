@@ -191,7 +191,7 @@ def test_size_sweep_and_neighbour_case_end_to_end(tmp_path: Path, index_line: in
 
 def test_large_agent_keyword_side_finds_the_best_idf_scores(store: object) -> None:
     """The large-agent keyword retriever (exact stems: a bounded set of multi-term and
-    rare-term matches, then k memories holding the rarest term) scores memories by the
+    rare-term matches; if fewer than k, k memories holding the rarest term) scores memories by the
     summed IDF of the query stems they hold, and finds the same top scores as scoring
     every memory; the reference here is computed in Python from each memory's lexemes."""
     import math
