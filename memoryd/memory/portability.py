@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from memoryd import clock
 from memoryd import validation as check
+from memoryd.db.models import Base
 from memoryd.errors import ValidationError
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.rows import STORED_COLUMNS
@@ -39,7 +40,7 @@ KINDS = ("memory", "session", "entity", "relation", "link")
 _EXPORT = {
     "memory": "SELECT to_jsonb(m) - 'embedding' - 'tsv' AS data, CAST(m.embedding AS text) "
               "AS embedding FROM memories m WHERE agent_id = :a ORDER BY created_at, id",
-    "session": "SELECT to_jsonb(s) AS data FROM sessions s WHERE agent_id = :a "
+    "session": "SELECT to_jsonb(s) - 'message_ids' AS data FROM sessions s WHERE agent_id = :a "
                "ORDER BY session_id",
     "entity": "SELECT to_jsonb(e) AS data FROM kg_entities e WHERE agent_id = :a "
               "ORDER BY entity_id",
@@ -201,8 +202,12 @@ def _other(session: Session, agent: str, record: dict[str, Any], result: Importe
 
 
 def _insert(session: Session, table: str, data: dict[str, Any]) -> int:
-    """One row from its JSON form; 0 if a row with its key exists already."""
+    """One row from its JSON form; 0 if a row with its key exists already. Columns
+    PostgreSQL generates (a session's ``message_ids``) are left to it."""
+    columns = ", ".join(c.name for c in Base.metadata.tables[table].columns
+                        if c.computed is None)
     added = session.execute(text(f"""
-        INSERT INTO {table} SELECT * FROM jsonb_populate_record(NULL::{table}, CAST(:d AS jsonb))
+        INSERT INTO {table} ({columns})
+        SELECT {columns} FROM jsonb_populate_record(NULL::{table}, CAST(:d AS jsonb))
         ON CONFLICT DO NOTHING RETURNING 1"""), {"d": json.dumps(data)}).first()
     return 0 if added is None else 1

@@ -258,20 +258,19 @@ def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
             SELECT CAST(id AS text) AS id FROM cand
             WHERE session_id IS NOT NULL AND (vector_rank <= :seeds OR keyword_rank <= :seeds)),
         msgs AS MATERIALIZED (
-            SELECT s.session_id, e.pos, e.msg ->> 'id' AS id,
-                   CASE WHEN e.msg ->> 'id' IN (SELECT id FROM seeds) THEN ARRAY(
-                       SELECT CASE WHEN e.pos - 1 + d >= 0
-                                   THEN s.messages -> CAST(e.pos - 1 + d AS int) ->> 'id' END
+            SELECT s.session_id, e.pos, e.id,
+                   CASE WHEN e.id IN (SELECT id FROM seeds) THEN ARRAY(
+                       SELECT s.message_ids[CAST(e.pos + d AS int)]
                        FROM generate_series(-CAST(:reach AS int), CAST(:reach AS int)) AS d
                        ORDER BY d) END AS near
             FROM sessions s
-            CROSS JOIN LATERAL jsonb_array_elements(s.messages) WITH ORDINALITY AS e(msg, pos)
+            CROSS JOIN LATERAL unnest(s.message_ids) WITH ORDINALITY AS e(id, pos)
             WHERE s.agent_id = :agent_id AND s.message_count <= :cap
               AND s.session_id IN (
                   SELECT session_id FROM cand WHERE session_id IS NOT NULL
                   GROUP BY session_id
                   HAVING count(*) > 1 OR bool_or(CAST(id AS text) IN (SELECT id FROM seeds)))
-              AND e.msg ->> 'id' IN (SELECT CAST(id AS text) FROM cand)),
+              AND e.id IN (SELECT CAST(id AS text) FROM cand)),
         near AS (
             SELECT DISTINCT ON (n.id) CAST(n.id AS uuid) AS id,
                    msgs.pos + n.i - 1 - CAST(:reach AS int) AS pos
