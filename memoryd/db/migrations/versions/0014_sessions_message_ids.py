@@ -40,6 +40,10 @@ def upgrade() -> None:
             ORDER BY e.n)""")
     op.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS message_ids text[] "
                "GENERATED ALWAYS AS (memoryd_message_ids(messages)) STORED")
+    # The planner sizes recall's unnest of the array by its statistics: without them it
+    # planned the 1,000-memory agent's candidate query 0.5 ms slower until the next
+    # automatic analyze.
+    op.execute("ANALYZE sessions")
 
 
 def downgrade() -> None:
