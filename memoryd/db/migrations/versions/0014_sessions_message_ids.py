@@ -2,12 +2,13 @@
 
 Recall reads where each candidate sits in its session, and the ids next to the seeds'
 (``recall_sql``). Read from the ``messages`` JSONB, that meant parsing every message
-object of each such session at every recall: about 0.3 ms for a session of 1,000
-messages, paid for each session a recall touches. ``message_ids`` is the ids in list
-order, generated from ``messages`` by PostgreSQL on every write of it (no writer can
-forget it), so recall unnests a plain array instead. The array costs an append about
-0.25 microseconds per message in the session (1.2 ms at 5,000 messages, which also
-rewrite their JSONB).
+object of each such session at every recall: 0.21 ms for a session of 1,000 messages,
+against 0.10 ms to unnest the array, paid for each session a recall touches (and
+0.15-0.24 ms per recall on the 1M benchmark's 30-message sessions, bench/README.md).
+``message_ids`` is the ids in list order, generated from ``messages`` by PostgreSQL on
+every write of it (no writer can forget it), so recall unnests a plain array instead.
+The array costs an append about 0.25 microseconds per message in the session (1.2 ms at
+5,000 messages, which also rewrite their JSONB).
 
 An element that is not an object, or has no ``id``, keeps its place as NULL: positions
 stay those of ``messages``. Adding the column rewrites the sessions table once (one row
