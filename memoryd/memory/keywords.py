@@ -196,9 +196,9 @@ def _found(where: str) -> str:
 def _rarest(where: str) -> str:
     """Only if the searches found fewer than ``k``: ``k`` more memories holding the
     rarest of the other terms (typically a name: they outscore memories holding one
-    commoner term). When the searches found ``k``, these add arbitrary holders of one
-    commonish term (0.3 % of the top 20 scores, bench/README.md) for a GIN scan of its
-    whole posting list, a fifth of the statement's time for a 100,000-memory agent."""
+    commoner term). When the searches found ``k``, holders of one commonish term seldom
+    rank among the best, and finding them costs a GIN scan of that term's whole posting
+    list (measured in bench/README.md, the keyword side)."""
     return f"""kw_rarest AS MATERIALIZED (
             SELECT m.id, m.tsv FROM memories m,
                    (SELECT CAST(quote_literal(key) AS tsquery) AS q FROM idf

@@ -2,13 +2,11 @@
 
 Recall reads where each candidate sits in its session, and the ids next to the seeds'
 (``recall_sql``). Read from the ``messages`` JSONB, that meant parsing every message
-object of each such session at every recall: 0.21 ms for a session of 1,000 messages,
-against 0.10 ms to unnest the array, paid for each session a recall touches (and
-0.15-0.24 ms per recall on the 1M benchmark's 30-message sessions, bench/README.md).
-``message_ids`` is the ids in list order, generated from ``messages`` by PostgreSQL on
-every write of it (no writer can forget it), so recall unnests a plain array instead.
-The array costs an append about 0.25 microseconds per message in the session (1.2 ms at
-5,000 messages, which also rewrite their JSONB).
+object of each session a recall touches, at every recall. ``message_ids`` is the ids in
+list order, generated from ``messages`` by PostgreSQL on every write of it (no writer can
+forget it), so recall unnests a plain array instead, for about half the time; an append
+pays for it in proportion to the session's length, as it already does to rewrite the
+JSONB (both measured in docs/architecture.md, Storage).
 
 An element that is not an object, or has no ``id``, keeps its place as NULL: positions
 stay those of ``messages``. Adding the column rewrites the sessions table once (one row
@@ -42,8 +40,8 @@ def upgrade() -> None:
     op.execute("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS message_ids text[] "
                "GENERATED ALWAYS AS (memoryd_message_ids(messages)) STORED")
     # The planner sizes recall's unnest of the array by its statistics: without them it
-    # planned the 1,000-memory agent's candidate query 0.5 ms slower until the next
-    # automatic analyze.
+    # chose slower plans for small agents' candidate queries until the next automatic
+    # analyze (bench/README.md, recall latency).
     op.execute("ANALYZE sessions")
 
 
