@@ -115,9 +115,9 @@ class SessionRow(Base):
     consolidated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     repaired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The messages' ids in list order, for recall's session positions (migration 0014).
-    message_ids: Mapped[list[str | None] | None] = mapped_column(
-        ARRAY(Text), Computed("memoryd_message_ids(messages)", persisted=True))
+    # The messages' ids in list order, for recall's session positions; a trigger sets
+    # them from ``messages`` on every write of it (migration 0014).
+    message_ids: Mapped[list[str | None] | None] = mapped_column(ARRAY(Text))
 
 
 class EntityRow(Base):

@@ -24,7 +24,6 @@ from sqlalchemy.orm import Session
 
 from memoryd import clock
 from memoryd import validation as check
-from memoryd.db.models import Base
 from memoryd.errors import ValidationError
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.rows import STORED_COLUMNS
@@ -202,12 +201,8 @@ def _other(session: Session, agent: str, record: dict[str, Any], result: Importe
 
 
 def _insert(session: Session, table: str, data: dict[str, Any]) -> int:
-    """One row from its JSON form; 0 if a row with its key exists already. Columns
-    PostgreSQL generates (a session's ``message_ids``) are left to it."""
-    columns = ", ".join(c.name for c in Base.metadata.tables[table].columns
-                        if c.computed is None)
+    """One row from its JSON form; 0 if a row with its key exists already."""
     added = session.execute(text(f"""
-        INSERT INTO {table} ({columns})
-        SELECT {columns} FROM jsonb_populate_record(NULL::{table}, CAST(:d AS jsonb))
+        INSERT INTO {table} SELECT * FROM jsonb_populate_record(NULL::{table}, CAST(:d AS jsonb))
         ON CONFLICT DO NOTHING RETURNING 1"""), {"d": json.dumps(data)}).first()
     return 0 if added is None else 1

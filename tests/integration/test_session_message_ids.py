@@ -1,6 +1,6 @@
-"""A session's ``message_ids`` (migration 0014): PostgreSQL generates them from the
-message list on every write of it, so recall's session positions never go stale, and
-neither an export nor an import carries them."""
+"""A session's ``message_ids`` (migration 0014): a trigger sets them from the message
+list on every write of it, so recall's session positions never go stale; an export
+leaves them out, and whatever an import file says of them is replaced."""
 
 from __future__ import annotations
 
@@ -47,13 +47,16 @@ def test_entries_without_an_id_keep_their_place_and_a_list_that_is_no_list_has_n
     assert _ids(store) == []
 
 
-def test_an_export_leaves_the_ids_out_and_an_import_generates_them(
+def test_an_export_leaves_the_ids_out_and_an_import_sets_them_from_its_messages(
         store: MemoryStore) -> None:
     first = store.store(AGENT, "Caroline: what did you adopt?", session_id="chat-1").id
     store.store(AGENT, "Melanie: a greyhound named Max.", session_id="chat-1")
     lines = list(portability.export_agent(store, AGENT))
-    sessions = [json.loads(line) for line in lines if json.loads(line)["type"] == "session"]
+    records = [json.loads(line) for line in lines]
+    sessions = [r for r in records if r["type"] == "session"]
     assert len(sessions) == 1 and "message_ids" not in sessions[0]["data"]
+    sessions[0]["data"]["message_ids"] = ["forged"]  # a file's word is not taken
+    lines = [json.dumps(r) for r in records]
     imported = portability.import_agent(store, "agent-copy", lines)
     assert imported.sessions == 1
     with store.session() as session:
