@@ -202,7 +202,8 @@ def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit]
     With ``sessions``, the same statement also reads the candidates' places in their
     sessions' message lists (``session_pos``, for the context score) and brings in the
     session neighbours of the seeds (``Sessions.seeds``), the second round, so neither
-    costs a round trip of its own."""
+    costs a round trip of its own. Both come from the sessions' ``message_ids`` (the
+    list's ids as an array, kept by a trigger), not from parsing the list itself."""
     params = {"agent_id": agent_id, "qv": query_vector, "k": per_retriever,
               "kw_ids": [h.id for h in hits], "kw_ranks": [h.rank for h in hits],
               "kw_pos": [h.pos for h in hits], "embedding_model": model, **filters.params()}
