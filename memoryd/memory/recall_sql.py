@@ -185,7 +185,15 @@ def _keyword_text(where: str, search: KeywordSearch, settings_count: int) -> str
     sql = f"WITH {ctes} SELECT id, rank, pos FROM kw"
     if settings_count:
         sql += f" WHERE (SELECT {_set_config(settings_count)}) IS NOT NULL"
-    return sql
+    return compact(sql)
+
+
+def compact(sql: str) -> str:
+    """``sql`` with each run of whitespace made one space (the texts here hold no quoted
+    runs of spaces and no ``--`` comments). psycopg converts a statement's parameters once
+    per distinct text only up to 4,096 bytes; the indentation took the large agents'
+    keyword statement past that, and its conversion then ran at every recall."""
+    return " ".join(sql.split())
 
 
 # --- the candidate query -----------------------------------------------------------
@@ -234,6 +242,11 @@ _UUID_SHAPE = "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'"
 @lru_cache(maxsize=64)
 def _candidate_text(where: str, search: VectorSearch, one_model: bool = False,
                     sessions: bool = False) -> str:
+    return compact(_candidate_sql(where, search, one_model, sessions))
+
+
+def _candidate_sql(where: str, search: VectorSearch, one_model: bool,
+                   sessions: bool) -> str:
     same_model = "m.embedding_model = :embedding_model"
     if one_model:
         where = f"{where} AND {same_model}"
