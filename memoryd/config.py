@@ -108,6 +108,11 @@ class Settings(BaseSettings):
                                   "index of their own get exact kNN")
     hnsw_ef_search: int = Field(100, ge=10, le=1000,
                                 description="HNSW search breadth for large agents")
+    agent_index_ef_search: int = Field(
+        40, ge=10, le=1000,
+        description="HNSW search breadth in an agent's own index (built with "
+                    "ef_construction 200 by index_agents; an index built before is "
+                    "searched at MEMORYD_HNSW_EF_SEARCH until the job rebuilds it)")
     agent_index_min_memories: int = Field(
         2_000, ge=0,
         description="Agents with at least this many memories (the largest 64 of them) get "

@@ -36,6 +36,11 @@ OWN_INDEXES_S = 30.0
 # Every per-agent index is named with this prefix; the ``index_agents`` maintenance job
 # builds them, erasing an agent drops its own.
 INDEX_PREFIX = "ix_memories_agent_hnsw_"
+# How each per-agent graph is built. Built at ``ef_construction`` 200 rather than the
+# shared index's 64, a graph finds more of an agent's true nearest memories at a smaller
+# search breadth, in less time (bench/README.md): recall searches one built so at
+# ``agent_index_ef_search``, any other at ``hnsw_ef_search``.
+GRAPH_OPTIONS = {"m": 16, "ef_construction": 200}
 
 
 def index_name(agent_id: str) -> str:
@@ -54,31 +59,51 @@ def existing_indexes(conn: Connection) -> dict[str, bool]:
     return {str(r.relname): bool(r.indisvalid) for r in rows}
 
 
+def older_graphs(conn: Connection) -> frozenset[str]:
+    """The valid per-agent indexes not built with ``GRAPH_OPTIONS`` (built before them)."""
+    rows = conn.execute(text("""
+        SELECT c.relname, coalesce(c.reloptions, '{}') AS options
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
+          AND i.indisvalid
+    """), {"prefix": INDEX_PREFIX}).all()
+    wanted = {f"{key}={value}" for key, value in GRAPH_OPTIONS.items()}
+    return frozenset(str(r.relname) for r in rows if not wanted <= set(r.options))
+
+
 class OwnIndexes:
-    """Per-process memo of the names of the valid per-agent indexes, read at most every
-    ``OWN_INDEXES_S`` (one catalog query): recall searches an agent with an index of its
-    own through it, whatever the agent's size, rather than exactly. Out of date, it
+    """Per-process memo of the names of the valid per-agent indexes, and of those built
+    with ``GRAPH_OPTIONS``, read at most every ``OWN_INDEXES_S`` (two catalog queries):
+    recall searches an agent with an index of its own through it, whatever the agent's
+    size, rather than exactly, and at the breadth its build calls for. Out of date, it
     sends a newly indexed agent to the exact search, or one whose index was dropped to
-    the shared index, for that long: slower, still every row found."""
+    the shared index, for that long: slower, still every row found; a graph rebuilt
+    meanwhile is searched as broadly as before."""
 
     def __init__(self) -> None:
-        self._seen: tuple[float, frozenset[str]] | None = None
+        self._seen: tuple[float, frozenset[str], frozenset[str]] | None = None
         self._lock = threading.Lock()
 
     def has(self, session: Session, agent_id: str) -> bool:
         """Whether ``agent_id`` has a valid index of its own (as of the memo)."""
-        return index_name(agent_id) in self._names(session)
+        return index_name(agent_id) in self._read(session)[1]
 
-    def _names(self, session: Session) -> frozenset[str]:
+    def current(self, session: Session, agent_id: str) -> bool:
+        """Whether ``agent_id`` has a valid index of its own built with
+        ``GRAPH_OPTIONS`` (as of the memo)."""
+        return index_name(agent_id) in self._read(session)[2]
+
+    def _read(self, session: Session) -> tuple[float, frozenset[str], frozenset[str]]:
         now = time.monotonic()
         with self._lock:
             seen = self._seen
         if seen is None or now - seen[0] >= OWN_INDEXES_S:
-            indexes = existing_indexes(session.connection())
-            seen = (now, frozenset(name for name, valid in indexes.items() if valid))
+            conn = session.connection()
+            valid = frozenset(name for name, ok in existing_indexes(conn).items() if ok)
+            seen = (now, valid, valid - older_graphs(conn))
             with self._lock:
                 self._seen = seen
-        return seen[1]
+        return seen
 
     def clear(self) -> None:
         """Forget what was read (tests build and drop indexes between recalls)."""

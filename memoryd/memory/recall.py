@@ -58,7 +58,8 @@ from memoryd.types import Recalled, RecallMode
 __all__ = ["CONTEXT_REACH", "EXPAND_REACH", "AgentSizeCache", "Filters",
            "KeywordHit", "QueryVector", "RecallPlan", "Recaller", "Sessions", "StoreModels",
            "adjacent", "agent_models", "build_plan", "candidates", "execute", "keyword_hits",
-           "plan", "plan_for", "recall", "searched", "sessions_read", "store_models", "touch",
+           "plan", "plan_for", "recall", "search_breadth", "searched", "sessions_read",
+           "store_models", "touch",
            "vector_settings", "whole_rows"]
 
 SIZE_CACHE_SECONDS = 60.0
@@ -130,6 +131,8 @@ class Recaller:
     touch: Callable[[Session, str, list[Any]], Mapping[Any, Mapping[Any, Any]]]
     notice_size: Callable[[Session, str, int], object]
     has_own_index: Callable[[Session, str], bool]
+    # Whether the agent's own index is built with ``agent_indexes.GRAPH_OPTIONS``.
+    own_graph_current: Callable[[Session, str], bool]
 
 
 def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: Filters, *,
@@ -158,9 +161,19 @@ def plan_for(ctx: Recaller, session: Session, agent_id: str, query: str, filters
     """The plan ``recall`` makes for ``limit`` hits under the store's settings."""
     settings = ctx.settings
     return plan(session, ctx.sizes, agent_id, query, filters,
-                settings.recall_candidates * limit, ef_search=settings.hnsw_ef_search,
+                settings.recall_candidates * limit,
+                ef_search=search_breadth(ctx, session, agent_id),
                 sessions=sessions_read(settings.recall_context_weight, settings.recall_expand),
                 has_own_index=ctx.has_own_index)
+
+
+def search_breadth(ctx: Recaller, session: Session, agent_id: str) -> int:
+    """The HNSW search breadth for the agent: ``agent_index_ef_search`` in a graph of
+    its own built with ``agent_indexes.GRAPH_OPTIONS``, which finds more at that breadth
+    than the other graphs do at ``hnsw_ef_search``, and faster."""
+    if ctx.own_graph_current(session, agent_id):
+        return ctx.settings.agent_index_ef_search
+    return ctx.settings.hnsw_ef_search
 
 
 def searched(ctx: Recaller, session: Session, recall_plan: RecallPlan, query: str,

@@ -232,7 +232,8 @@ class MemoryStore:
             own_model=self.model,
             query_embedder_for=lambda model: self.embedder_for(model, query=True),
             touch=self._touch, notice_size=self.index_watch.notice,
-            has_own_index=self.own_indexes.has)
+            has_own_index=self.own_indexes.has,
+            own_graph_current=self.own_indexes.current)
 
     def get(self, agent_id: str, memory_id: uuid.UUID | str) -> Memory:
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)

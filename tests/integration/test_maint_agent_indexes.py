@@ -15,7 +15,13 @@ from memoryd.config import override_settings
 from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.errors import ValidationError
 from memoryd.memory import recall as rc
-from memoryd.memory.agent_indexes import INDEX_PREFIX, existing_indexes, index_name
+from memoryd.memory.agent_indexes import (
+    GRAPH_OPTIONS,
+    INDEX_PREFIX,
+    existing_indexes,
+    index_name,
+    older_graphs,
+)
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.maintenance import run_job
 from memoryd.memory.maintenance.index_agents import plan
@@ -50,6 +56,14 @@ def test_plan_rebuilds_an_invalid_index_and_drops_strangers() -> None:
     todo = plan([("a", 100)], existing, 100)
     assert todo.build == ["a"]
     assert todo.drop == sorted([index_name("a"), INDEX_PREFIX + "0123456789abcdef"])
+
+
+def test_plan_rebuilds_only_kept_indexes_of_an_older_build() -> None:
+    existing = {index_name("a"): True, index_name("b"): True, index_name("c"): True}
+    older = frozenset({index_name("a"), index_name("c")})
+    todo = plan([("a", 100), ("b", 100), ("c", 10)], existing, 100, older=older)
+    assert (todo.keep, todo.rebuild) == (["a", "b"], ["a"])  # c is dropped, not rebuilt
+    assert todo.drop == [index_name("c")]
 
 
 def test_plan_with_threshold_zero_drops_everything() -> None:
@@ -117,8 +131,8 @@ def test_large_agent_gets_its_own_index_and_recall_uses_it(
     record = run(indexing_store, "index_agents")
     assert record.stats | {"duration_ms": 0} == {
         "agents_indexed": 1, "built": 1, "dropped": 0, "to_build": 1, "to_drop": 0,
-        "term_counts_deleted": 0, "agents_terms_counted": 1, "agents_terms_fresh": 0,
-        "duration_ms": 0}
+        "rebuilt": 0, "to_rebuild": 0, "term_counts_deleted": 0, "agents_terms_counted": 1,
+        "agents_terms_fresh": 0, "duration_ms": 0}
     assert _predicates(indexing_store) == {
         index_name(BIG): f"((agent_id)::text = '{BIG}'::text)"}
     assert index_name(BIG) in _vector_plan(indexing_store, BIG)
@@ -178,6 +192,50 @@ def test_an_invalid_index_is_rebuilt(indexing_store: MemoryStore,
     assert (record.stats["dropped"], record.stats["built"]) == (1, 1)
     with indexing_store.engine.connect() as conn:
         assert existing_indexes(conn) == {index_name(BIG): True}
+
+
+def _options(store: MemoryStore, name: str) -> set[str]:
+    with store.session() as session:
+        found = session.execute(text("SELECT reloptions FROM pg_class WHERE relname = :n"),
+                                {"n": name}).scalar_one()
+    return set(found or ())
+
+
+def test_an_index_built_before_the_graph_options_is_rebuilt_in_place(
+        indexing_store: MemoryStore) -> None:
+    """An agent's index is built with ``GRAPH_OPTIONS``; one built with others (as every
+    index was before them) is rebuilt by the next run under the same name, valid
+    throughout, and recall searches it at the smaller breadth only once it is."""
+    wanted = {f"{key}={value}" for key, value in GRAPH_OPTIONS.items()}
+    bulk_insert(indexing_store, BIG, 25)
+    run(indexing_store, "index_agents")
+    name = index_name(BIG)
+    assert _options(indexing_store, name) == wanted
+    with indexing_store.engine.connect().execution_options(
+            isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f'ALTER INDEX "{name}" SET (ef_construction = 64)'))
+        conn.execute(text(f'REINDEX INDEX "{name}"'))
+        assert older_graphs(conn) == {name}
+
+    def breadth() -> str:
+        indexing_store.own_indexes.clear()
+        with indexing_store.session() as session:
+            recall_plan = rc.plan_for(indexing_store.recaller, session, BIG,
+                                      "note number 7", rc.Filters(), 10)
+        return recall_plan.vector_settings["hnsw.ef_search"]
+
+    settings = indexing_store.settings
+    assert breadth() == str(settings.hnsw_ef_search)
+    record = run(indexing_store, "index_agents")
+    assert (record.stats["rebuilt"], record.stats["to_rebuild"]) == (1, 1)
+    assert (record.stats["built"], record.stats["dropped"]) == (0, 0)
+    assert _options(indexing_store, name) == wanted
+    with indexing_store.engine.connect() as conn:
+        assert existing_indexes(conn) == {name: True} and not older_graphs(conn)
+    assert breadth() == str(settings.agent_index_ef_search) != str(settings.hnsw_ef_search)
+    assert run(indexing_store, "index_agents").stats["rebuilt"] == 0
+    hits = indexing_store.recall(BIG, "note number 7", limit=5)
+    assert len(hits) == 5 and all(h.memory.agent_id == BIG for h in hits)
 
 
 def test_job_is_fleet_wide_and_takes_no_parameters(indexing_store: MemoryStore) -> None:

@@ -17,6 +17,12 @@ writes go on meanwhile. A build interrupted by a crash leaves an invalid index, 
 the next run drops and builds again. Builds stop at the run's time budget; a follow-up
 run builds the rest.
 
+Each graph is built with ``agent_indexes.GRAPH_OPTIONS`` (``ef_construction`` 200,
+where the shared index has 64): recall searches it at a smaller breadth
+(``agent_index_ef_search``) and finds more of the agent's nearest memories, in less time.
+An index built with other options is rebuilt in place, concurrently, after the run's
+builds.
+
 Costs: each indexed agent's writes also go into its own graph, and every statement on
 ``memories`` is planned against one more index (hence the cap).
 
@@ -34,7 +40,7 @@ percent. Counts of agents no longer counted are deleted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -43,19 +49,20 @@ from sqlalchemy.orm import Session
 from memoryd.errors import ValidationError
 from memoryd.memory import keywords
 from memoryd.memory.agent_indexes import (
+    GRAPH_OPTIONS,
     MAX_AGENT_INDEXES,
     drop_index,
     existing_indexes,
     index_name,
+    older_graphs,
 )
 from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.recall_sql import sql_literal
 
-# Same graph parameters as the shared index (migration 0001).
+_GRAPH = ", ".join(f"{key} = {value}" for key, value in GRAPH_OPTIONS.items())
 _INDEX_SQL = ("CREATE INDEX CONCURRENTLY {name} ON memories USING hnsw "
-              "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) "
-              "WHERE agent_id = {agent}")
+              f"(embedding vector_cosine_ops) WITH ({_GRAPH}) WHERE agent_id = {{agent}}")
 # A graph built within this much memory is built several times faster than one that
 # spills to disk; sized for an agent of a few hundred thousand memories.
 _BUILD_MEMORY = "512MB"
@@ -68,11 +75,13 @@ RECOUNT_AFTER = "24 hours"
 
 @dataclass(frozen=True)
 class IndexPlan:
-    """What a run builds, drops and keeps (agent ids; index names for drops)."""
+    """What a run builds, drops and keeps (agent ids; index names for drops), and which
+    of the kept indexes it rebuilds with ``GRAPH_OPTIONS`` (agent ids)."""
 
     build: list[str]
     drop: list[str]
     keep: list[str]
+    rebuild: list[str] = field(default_factory=list)
 
 
 def agent_sizes(conn: Connection, at_least: int) -> list[tuple[str, int]]:
@@ -86,9 +95,10 @@ def agent_sizes(conn: Connection, at_least: int) -> list[tuple[str, int]]:
 
 
 def plan(sizes: list[tuple[str, int]], existing: dict[str, bool], min_memories: int,
-         cap: int = MAX_AGENT_INDEXES) -> IndexPlan:
-    """The indexes to build and drop, given agent sizes (largest first) and the indexes
-    there are. ``min_memories`` 0 means none wanted: every per-agent index is dropped."""
+         cap: int = MAX_AGENT_INDEXES, older: frozenset[str] = frozenset()) -> IndexPlan:
+    """The indexes to build, drop and rebuild, given agent sizes (largest first), the
+    indexes there are and those of them built before ``GRAPH_OPTIONS`` (``older``).
+    ``min_memories`` 0 means none wanted: every per-agent index is dropped."""
     chosen: list[str] = []
     if min_memories > 0:
         for agent, count in sizes:
@@ -102,7 +112,8 @@ def plan(sizes: list[tuple[str, int]], existing: dict[str, bool], min_memories: 
     drop = sorted(name for name, valid in existing.items()
                   if name not in wanted or not valid)
     keep = [a for a in chosen if a not in build]
-    return IndexPlan(build=build, drop=drop, keep=keep)
+    rebuild = [a for a in keep if index_name(a) in older]
+    return IndexPlan(build=build, drop=drop, keep=keep, rebuild=rebuild)
 
 
 def _build(conn: Connection, agent_id: str) -> None:
@@ -110,6 +121,15 @@ def _build(conn: Connection, agent_id: str) -> None:
     # recall's vector query names it.
     conn.execute(text(_INDEX_SQL.format(name=f'"{index_name(agent_id)}"',
                                         agent=sql_literal(agent_id))))
+
+
+def _rebuild(conn: Connection, agent_id: str) -> None:
+    # The new options, then a concurrent rebuild that reads them: recall and writes go
+    # on through the old graph until the new one takes its place (an interrupted rebuild
+    # leaves an invalid ``..._ccnew`` index, which the next run drops).
+    name = f'"{index_name(agent_id)}"'
+    conn.execute(text(f"ALTER INDEX {name} SET ({_GRAPH})"))
+    conn.execute(text(f"REINDEX INDEX CONCURRENTLY {name}"))
 
 
 def count_terms(session: Session, agent_id: str) -> int:
@@ -179,10 +199,11 @@ def index_agents(ctx: JobContext, **params: Any) -> JobOutcome:
     with ctx.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         existing = existing_indexes(conn)
         sizes = agent_sizes(conn, max(1, min_memories // 2)) if min_memories else []
-        todo = plan(sizes, existing, min_memories)
+        todo = plan(sizes, existing, min_memories, older=older_graphs(conn))
         keyword_sizes = dict(agent_sizes(conn, keywords.KEYWORD_SCAN_MAX + 1))
         stats: dict[str, Any] = {"agents_indexed": len(todo.keep), "built": 0, "dropped": 0,
-                                 "to_build": len(todo.build), "to_drop": len(todo.drop)}
+                                 "rebuilt": 0, "to_build": len(todo.build),
+                                 "to_drop": len(todo.drop), "to_rebuild": len(todo.rebuild)}
         if ctx.dry_run:
             return JobOutcome(stats)
         try:
@@ -203,6 +224,11 @@ def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
         _build(conn, agent)
         stats["built"] += 1
         stats["agents_indexed"] += 1
+    for agent in todo.rebuild:
+        if ctx.out_of_time():
+            return JobOutcome(stats, complete=False)
+        _rebuild(conn, agent)
+        stats["rebuilt"] += 1
     # Counted: the indexed agents, and every agent whose keyword side uses the index.
     counted = sorted(set(todo.keep + todo.build)
                      | {a for a, n in sizes.items() if n > keywords.KEYWORD_SCAN_MAX})
