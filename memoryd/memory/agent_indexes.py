@@ -19,9 +19,10 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Row, text
 from sqlalchemy.orm import Session
 
 from memoryd.memory.recall import agent_count
@@ -49,31 +50,35 @@ def index_name(agent_id: str) -> str:
     return INDEX_PREFIX + hashlib.md5(agent_id.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
+def _catalog(conn: Connection) -> Sequence[Row[Any]]:
+    """memoryd's per-agent indexes on ``memories``: name, validity and build options."""
+    return conn.execute(text("""
+        SELECT c.relname, i.indisvalid, coalesce(c.reloptions, '{}') AS options
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
+    """), {"prefix": INDEX_PREFIX}).all()
+
+
 def existing_indexes(conn: Connection) -> dict[str, bool]:
     """memoryd's per-agent indexes on ``memories``: name -> valid (an interrupted
     concurrent build leaves an invalid one)."""
-    rows = conn.execute(text("""
-        SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
-    """), {"prefix": INDEX_PREFIX}).all()
-    return {str(r.relname): bool(r.indisvalid) for r in rows}
+    return {str(r.relname): bool(r.indisvalid) for r in _catalog(conn)}
 
 
 def older_graphs(conn: Connection) -> frozenset[str]:
     """The valid per-agent indexes not built with ``GRAPH_OPTIONS`` (built before them)."""
-    rows = conn.execute(text("""
-        SELECT c.relname, coalesce(c.reloptions, '{}') AS options
-        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE i.indrelid = 'memories'::regclass AND starts_with(c.relname, :prefix)
-          AND i.indisvalid
-    """), {"prefix": INDEX_PREFIX}).all()
+    return _older(_catalog(conn))
+
+
+def _older(rows: Sequence[Row[Any]]) -> frozenset[str]:
     wanted = {f"{key}={value}" for key, value in GRAPH_OPTIONS.items()}
-    return frozenset(str(r.relname) for r in rows if not wanted <= set(r.options))
+    return frozenset(str(r.relname) for r in rows
+                     if r.indisvalid and not wanted <= set(r.options))
 
 
 class OwnIndexes:
     """Per-process memo of the names of the valid per-agent indexes, and of those built
-    with ``GRAPH_OPTIONS``, read at most every ``OWN_INDEXES_S`` (two catalog queries):
+    with ``GRAPH_OPTIONS``, read at most every ``OWN_INDEXES_S`` (one catalog query):
     recall searches an agent with an index of its own through it, whatever the agent's
     size, rather than exactly, and at the breadth its build calls for. Out of date, it
     sends a newly indexed agent to the exact search, or one whose index was dropped to
@@ -98,9 +103,9 @@ class OwnIndexes:
         with self._lock:
             seen = self._seen
         if seen is None or now - seen[0] >= OWN_INDEXES_S:
-            conn = session.connection()
-            valid = frozenset(name for name, ok in existing_indexes(conn).items() if ok)
-            seen = (now, valid, valid - older_graphs(conn))
+            rows = _catalog(session.connection())
+            valid = frozenset(str(r.relname) for r in rows if r.indisvalid)
+            seen = (now, valid, valid - _older(rows))
             with self._lock:
                 self._seen = seen
         return seen
