@@ -17,7 +17,8 @@ ceiling shows whose it is. A PNG plots throughput and p95 against callers; the J
 and the printout name the machine.
 
     .venv/bin/python -m bench.fleet [--store small|scale] [--callers 64] [--seconds 10]
-                                    [--mix] [--profile] [--concurrency N] [--out PATH]
+                                    [--mix] [--profile] [--concurrency N | --processes N]
+                                    [--out PATH]
 
 Run it alone on the machine (``flock /tmp/memoryd-bench.lock``). See bench/README.md.
 """
@@ -168,9 +169,10 @@ class CpuWatch:
 
 # --- the services --------------------------------------------------------------------------
 @contextmanager
-def worker(url: str, workdir: Path, concurrency: int | None) -> Iterator[tuple[str, Any]]:
+def worker(url: str, workdir: Path, concurrency: int | None,
+           processes: int | None = None) -> Iterator[tuple[str, Any]]:
     """An embedded Redis and ``memoryd worker --queues memory`` on it, at its default
-    concurrency unless told; (broker URL, worker process)."""
+    concurrency (or number of consumers) unless told; (broker URL, worker process)."""
     from celery import Celery
 
     from memoryd.embedded.redis import EmbeddedRedis
@@ -183,6 +185,8 @@ def worker(url: str, workdir: Path, concurrency: int | None) -> Iterator[tuple[s
     argv = [sys.executable, "-m", "memoryd", "worker", "--no-migrate", "--queues", "memory"]
     if concurrency:
         argv += ["--concurrency", str(concurrency)]
+    if processes:
+        argv += ["--processes", str(processes)]
     log = (workdir / "worker.log").open("ab")
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -212,22 +216,21 @@ def redis_pid(redis: Any) -> int | None:
 
 
 def postmaster_pid(url: str) -> int | None:
+    import psutil
     from sqlalchemy import create_engine, text
 
     from memoryd.db.engine import normalize_url
 
     engine = create_engine(normalize_url(url))
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn:  # asked while the backend lives: it exits after
             backend = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            try:
+                return int(psutil.Process(backend).ppid())
+            except psutil.Error:
+                return None
     finally:
         engine.dispose()
-    import psutil
-
-    try:
-        return int(psutil.Process(backend).ppid())
-    except psutil.Error:
-        return None
 
 
 @contextmanager
@@ -338,6 +341,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="CPU per call by process")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="the worker's pool processes (default: the worker's default)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="the worker's memory consumers (default: one per core)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--chart", type=Path, default=DEFAULT_CHART)
     parser.add_argument("--keep", nargs="?", type=Path, const=Path(), default=None)
@@ -362,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = (small_store(workdir, args.agents, args.per_agent) if args.store == "small"
                  else scale_store(workdir, args.scale, max(args.agents, 8), keep))
         with watch("seed_or_open"), store as (url, agents, queries), \
-                worker(url, workdir, args.concurrency) as (broker, (proc, redis)):
+                worker(url, workdir, args.concurrency, args.processes) as (broker, (proc, redis)):
             cpu = (CpuWatch(proc.pid, redis_pid(redis), postmaster_pid(url))
                    if args.profile else None)
             for mode, share in (("recall", 1.0), ("mix", 0.8)):

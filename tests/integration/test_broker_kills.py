@@ -16,6 +16,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from queue import Empty
+from typing import Any
 
 import pytest
 import redis
@@ -270,5 +272,88 @@ def test_a_sweep_restores_a_lapsed_lease_once_and_a_renewed_one_never(redis_url:
         restored = json.loads(raw.lindex("memory", 0))
         assert restored["properties"]["delivery_tag"] == message.delivery_tag
         assert restored["headers"]["redelivered"] is True
+    raw.flushdb()
+    raw.close()
+
+
+def waiting_channel(conn: Connection, delivered: list[Any]) -> Any:
+    """A consumer's channel on memoryd's transport with its idle wait on the queue sent."""
+    consumer = conn.Consumer([Queue("memory")], prefetch_count=1,
+                             callbacks=[lambda body, message: delivered.append(message)])
+    consumer.consume()
+    channel = consumer.channel
+    client = channel.client  # connected as kombu's poller connects it
+    client.connection = client.connection or client.connection_pool.get_connection()
+    channel._waiting = True  # its last take found nothing: the next command waits
+    channel._brpop_start(timeout=3)
+    return channel
+
+
+def test_one_message_wakes_one_waiting_consumer_which_then_takes_it(redis_url: str) -> None:
+    """Three consumers wait on the queue; one message wakes one of them (the others go
+    on waiting), and that one's next take delivers it, recorded as held."""
+    from memoryd.broker.redis_leases import Transport
+
+    url = redis_db_url(redis_url, STOP_DB)
+    raw = redis.Redis.from_url(url)
+    raw.flushdb()
+    delivered: list[Any] = []
+    conns = [Connection(url, transport=Transport) for _ in range(3)]
+    try:
+        channels = [waiting_channel(conn, delivered) for conn in conns]
+        time.sleep(0.3)  # every wait has reached Redis
+        publish(url, range(1, 2))
+        time.sleep(0.5)
+        woken = [ch for ch in channels if ch.client.connection.can_read(timeout=0)]
+        assert len(woken) == 1
+        (channel,) = woken
+        with pytest.raises(Empty):
+            channel._brpop_read()  # the wait's reply: the message claimed, not yet taken
+        claimed = channel.claimed_key("memory")
+        assert raw.llen(claimed) == 1 and raw.llen("memory") == 0
+        channel._brpop_start()
+        assert channel._brpop_read() is True
+        (message,) = delivered
+        assert message.payload == {"id": 1}
+        assert raw.hexists("unacked", message.delivery_tag) and raw.llen(claimed) == 0
+        for other in channels:
+            if other is not channel:
+                with pytest.raises(Empty):
+                    other._brpop_read()  # its wait ran out: nothing came for it
+    finally:
+        for conn in conns:
+            conn.release()
+        raw.flushdb()
+        raw.close()
+
+
+def test_a_message_claimed_by_a_consumer_killed_before_its_take_goes_to_the_next_take(
+        redis_url: str) -> None:
+    """A consumer killed between its wait's move and its take leaves the message on the
+    claimed list; another consumer's take delivers it, byte for byte, recorded as held.
+    The queue's size counts it while it waits there, and a purge removes it."""
+    from memoryd.broker.redis_leases import Transport
+
+    url = redis_db_url(redis_url, STOP_DB)
+    raw = redis.Redis.from_url(url)
+    raw.flushdb()
+    publish(url, range(1, 3))
+    held: list[Any] = []
+    with Connection(url, transport=Transport) as conn:
+        claimed = conn.default_channel.claimed_key("memory")
+        raw.blmove("memory", claimed, 1, "RIGHT", "LEFT")  # what the killed one's wait did
+        moved = raw.lindex(claimed, 0)
+        assert conn.default_channel._size("memory") == 2
+        with conn.Consumer([Queue("memory")], prefetch_count=1,
+                           callbacks=[lambda body, message: held.append(message)]):
+            conn.drain_events(timeout=10)
+        (message,) = held
+        assert message.payload == {"id": 1}  # the claimed one, the queue's oldest
+        assert json.loads(raw.hget("unacked", message.delivery_tag))[0] == json.loads(moved)
+        assert raw.llen(claimed) == 0 and raw.llen("memory") == 1
+
+        raw.rpush(claimed, moved)
+        assert conn.default_channel._purge("memory") == 2
+        assert raw.llen(claimed) == 0 and raw.llen("memory") == 0
     raw.flushdb()
     raw.close()
