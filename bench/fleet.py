@@ -13,7 +13,8 @@ Per step (callers 1, 2, 4, ... ``--callers``): recalls per second, p50/p95/p99, 
 with ``--mix``, the same with 80 % recall and 20 % store. ``--profile`` also reports
 where the CPU went per recall: the callers, the worker's main process, its pool
 processes, PostgreSQL and Redis (``/proc`` times over the step), which is how a
-ceiling shows whose it is. A PNG plots throughput and p95 against callers; the JSON
+ceiling shows whose it is, and Redis's commands per call (how many consumers a message
+woke, how many takes ran). A PNG plots throughput and p95 against callers; the JSON
 and the printout name the machine.
 
     .venv/bin/python -m bench.fleet [--store small|scale] [--callers 64] [--seconds 10]
@@ -94,18 +95,39 @@ def run_step(broker: str, agents: Sequence[str], queries: Sequence[str], callers
     for _ in procs:  # every caller started, connected and warm: the step starts together
         ready.get(timeout=600)
     before = watch.sample([p.pid for p in procs]) if watch else None
+    commands = redis_commands(broker) if watch else None
     go.set()
     samples: list[tuple[str, float | None]] = []
     for _ in procs:
         samples.extend(results.get(timeout=seconds + 300))
     after = watch.sample([p.pid for p in procs]) if watch else None
+    commands_after = redis_commands(broker) if watch else None
     for proc in procs:
         proc.join(30)
     report = step_report(samples, seconds, callers)
     if watch and before and after:
         report["cpu_ms_per_call"] = watch.per_call(before, after,
                                                    max(1, report["calls"]))
+    if commands is not None and commands_after is not None:
+        report["redis_commands_per_call"] = {
+            name: round((commands_after[name] - commands[name]) / max(1, report["calls"]), 2)
+            for name in commands}
     return report
+
+
+def redis_commands(broker: str) -> dict[str, int]:
+    """Redis's command counts so far: all of them, the consumers' idle waits that
+    returned (``BLMOVE``: each a consumer woken) and the takes (``EVAL``)."""
+    import redis
+
+    client = redis.Redis.from_url(broker)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return {"all": sum(calls.values()), "blmove (wake-ups)": calls.get("blmove", 0),
+            "eval (takes)": calls.get("eval", 0)}
 
 
 def step_report(samples: list[tuple[str, float | None]], seconds: float,
@@ -289,6 +311,13 @@ def summary(result: dict[str, Any]) -> str:
             lines.append("CPU ms per call:\n" + format_table(
                 ["callers", *parts], [[s["callers"], *(s["cpu_ms_per_call"][p] for p in parts)]
                                       for s in cpu], digits=2))
+        counted = [s for s in steps if "redis_commands_per_call" in s]
+        if counted:
+            names = list(counted[0]["redis_commands_per_call"])
+            lines.append("Redis commands per call:\n" + format_table(
+                ["callers", *names],
+                [[s["callers"], *(s["redis_commands_per_call"][n] for n in names)]
+                 for s in counted], digits=2))
     machine = result["machine"]
     lines.append(f"machine: {machine['cpus']} cores, {machine['cpu']}; {result['date']}")
     return "\n\n".join(lines)
