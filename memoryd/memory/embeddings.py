@@ -25,6 +25,7 @@ path, where the int8 kernels' speed does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import tempfile
@@ -243,5 +244,13 @@ def get_query_embedder() -> Embedder:
 
 
 def to_pgvector(vector: npt.NDArray[np.float32]) -> str:
-    """pgvector's text form, for binding into raw SQL."""
-    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
+    """pgvector's text form, for binding into raw SQL: each value to 7 significant
+    digits, formatted by one ``%`` over the whole vector (half the time of a join over a
+    generator, on every recall's query)."""
+    values = vector.tolist()
+    return "[" + _vector_format(len(values)) % tuple(values) + "]"
+
+
+@functools.lru_cache(maxsize=8)
+def _vector_format(dim: int) -> str:
+    return ",".join(["%.7g"] * dim)

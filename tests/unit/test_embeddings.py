@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memoryd.config import get_settings
-from memoryd.memory.embeddings import DIM, MiniLMEmbedder, get_embedder, model_file
+from memoryd.memory.embeddings import DIM, MiniLMEmbedder, get_embedder, model_file, to_pgvector
 
 TEXTS = ["The user is allergic to peanuts.", "Meeting moved to Tuesday.",
          "A much longer sentence about the quarterly budget review and the new hires."]
@@ -53,3 +53,17 @@ def test_int8_vectors_stay_close_to_the_wheel_model(tmp_path: Path, threads: int
     assert np.argmax(np.triu(a @ a.T, 1)) == np.argmax(np.triu(b @ b.T, 1))
 
 
+
+
+@pytest.mark.parametrize("dim", [1, 3, DIM])
+def test_pgvector_text_holds_each_value_to_seven_significant_digits(dim: int) -> None:
+    rng = np.random.default_rng(dim)
+    for scale in (1e-9, 1e-3, 1.0, 1e5):
+        vector = (rng.standard_normal(dim) * scale).astype(np.float32)
+        text = to_pgvector(vector)
+        assert text.startswith("[") and text.endswith("]") and " " not in text
+        parsed = np.array([float(x) for x in text[1:-1].split(",")])
+        assert parsed.shape == (dim,)
+        assert np.allclose(parsed, vector, rtol=5e-7, atol=0)
+        assert all(len(x.lstrip("-").replace(".", "").split("e")[0].lstrip("0")) <= 7
+                   for x in text[1:-1].split(","))
