@@ -22,8 +22,8 @@ queue's oldest message onto the queue's claimed list (``BLMOVE q claimed RIGHT L
 and takes once it returns; ``TAKE`` looks at the claimed lists first. The move takes the
 message off its queue, so Redis wakes one waiting consumer per message: a move that
 left it on the queue woke every idle consumer of every node for each message, and each
-of them ran a take that found nothing (with 8 consumers, 7.6 wake-ups and 8.6 takes per
-message, which doubled Redis's CPU per call). A consumer killed between its move and its
+of them ran a take that found nothing, on the one Redis the whole fleet shares
+(measured in bench/README.md, Fleet). A consumer killed between its move and its
 take leaves the message claimed, and the next take of any consumer of that queue
 delivers it: each idle consumer takes at least once per ``brpop_timeout`` (1 s).
 Messages on its other queues (and priority levels) are found within a second of
@@ -224,9 +224,9 @@ class Channel(kombu_redis.Channel):
     The consuming connection alternates between two commands: ``TAKE`` (answered at
     once) while messages may be waiting, and, after a take found nothing, a blocking
     wait on the first queue that claims its next message for this consumer as soon as
-    there is one, or returns after kombu's ``brpop_timeout`` (1 s). The queue's size
-    and its purge count its claimed messages too. kombu's poller, health checks and prefetch
-    pauses see them as they saw BRPOP."""
+    there is one, or returns after kombu's ``brpop_timeout`` (1 s). kombu's poller,
+    health checks and prefetch pauses see them as they saw BRPOP. The queue's size and
+    its purge count its claimed messages too."""
 
     QoS = LeasedQoS
     qos: LeasedQoS

@@ -245,8 +245,8 @@ def get_query_embedder() -> Embedder:
 
 def to_pgvector(vector: npt.NDArray[np.float32]) -> str:
     """pgvector's text form, for binding into raw SQL: each value to 7 significant
-    digits, formatted by one ``%`` over the whole vector (half the time of a join over a
-    generator, on every recall's query)."""
+    digits, formatted by one ``%`` over the whole vector, which is cheaper than a join
+    over a generator (every recall formats its query's vector)."""
     values = vector.tolist()
     return "[" + _vector_format(len(values)) % tuple(values) + "]"
 
