@@ -1,9 +1,13 @@
 """A Google ADK memory service kept in memoryd (``pip install memoryd[adk]``).
 
-An ADK session's events with text go in as memories of agent ``"{app_name}/{user_id}"``,
-as messages of a memoryd session of the same id, at the event's time, with the author and
-ids in the metadata. Each event is stored under a key of its own id, so adding a session
-again (ADK does after every turn) adds only its new events.
+An ADK session's events with text go in as memories of one memoryd agent per app and
+user, ``identity.agent_id(app_name, user_id)``: the two joined by ``/``, each with ``%``
+and ``/`` escaped (``shop/ana``; app ``a/b`` and user ``c`` is ``a%2Fb/c``), so no two
+(app, user) pairs share memories. They go in as messages of a memoryd session of the same
+id, at the event's time, with the author, ids and the pair itself (``adk_scope``) in the
+metadata. Each event is stored under a key of its own id, so adding a session again (ADK
+does after every turn) adds only its new events. A key for one app's users is scoped to
+the agent prefix ``app_prefix(app_name)``.
 
     runner = Runner(agent=agent, app_name="shop", session_service=sessions,
                     memory_service=MemorydMemoryService(MemoryClient()))
@@ -25,16 +29,27 @@ from google.genai import types
 from memoryd import validation as check
 from memoryd.client import MemoryClient
 from memoryd.errors import ValidationError
+from memoryd.integrations import identity
 from memoryd.types import Memory
 
 _BATCH = 1000  # store_many's most items per call
+# Metadata key of the (app_name, user_id) a memory was stored for: it tells the memories
+# named by ``identity.agent_id`` from those of older memoryd (``memoryd rename-adk-agents``).
+SCOPE_KEY = identity.ADK_SCOPE_KEY
 
 
 def agent_of(app_name: str, user_id: str) -> str:
-    """The memoryd agent that holds one user's memories of one ADK app."""
+    """The memoryd agent that holds one user's memories of one ADK app (blank names
+    are refused, naming ``app_name`` or ``user_id``)."""
     app = check.required_text("app_name", app_name)
     user = check.required_text("user_id", user_id)
-    return check.agent_id(f"{app}/{user}")
+    return identity.agent_id(app, user)
+
+
+def app_prefix(app_name: str) -> str:
+    """The agent-id prefix of every user of one ADK app: the ``--agent-prefix`` of a key
+    for that app's users."""
+    return identity.scope_prefix(check.required_text("app_name", app_name))
 
 
 class MemorydMemoryService(BaseMemoryService):
@@ -56,7 +71,7 @@ class MemorydMemoryService(BaseMemoryService):
         extra = check.metadata(custom_metadata) or {}
         rows = [row for event in events
                 if (row := event_row(event, session_id, extra)) is not None]
-        await asyncio.to_thread(self._store, agent, rows)
+        await asyncio.to_thread(self._store, agent, _scoped(rows, app_name, user_id))
 
     async def add_memory(self, *, app_name: str, user_id: str,
                          memories: Sequence[MemoryEntry],
@@ -65,7 +80,7 @@ class MemorydMemoryService(BaseMemoryService):
         extra = check.metadata(custom_metadata) or {}
         rows = [row for index, entry in enumerate(memories)
                 if (row := entry_row(index, entry, extra)) is not None]
-        await asyncio.to_thread(self._store, agent, rows)
+        await asyncio.to_thread(self._store, agent, _scoped(rows, app_name, user_id))
 
     async def search_memory(self, *, app_name: str, user_id: str,
                             query: str) -> SearchMemoryResponse:
@@ -81,6 +96,13 @@ class MemorydMemoryService(BaseMemoryService):
     def _store(self, agent: str, rows: Sequence[dict[str, Any]]) -> None:
         for start in range(0, len(rows), _BATCH):
             self.client.store_many(agent, rows[start:start + _BATCH])
+
+
+def _scoped(rows: Sequence[dict[str, Any]], app_name: str, user_id: str
+            ) -> list[dict[str, Any]]:
+    """The rows with their (app_name, user_id) in the metadata, over any given there."""
+    scope = [app_name, user_id]
+    return [{**row, "metadata": {**row["metadata"], SCOPE_KEY: scope}} for row in rows]
 
 
 def event_row(event: Event, session_id: str | None,

@@ -2,7 +2,9 @@
 
 ``update_context`` recalls what memoryd holds for the last user message and adds it to
 the model context as one system message, so an ``AssistantAgent`` given
-``memory=[MemorydMemory(client, agent_id="planner")]`` answers with it in view.
+``memory=[MemorydMemory(client, agent_id="planner")]`` answers with it in view. A memory
+per user of an app is ``agent_id=identity.agent_id(app, user)``, which no other pair
+shares.
 """
 
 from __future__ import annotations

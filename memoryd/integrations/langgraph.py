@@ -3,8 +3,9 @@
     store = MemorydStore(MemoryClient(), agent_id="support-bot")
     graph = builder.compile(store=store)
 
-One memoryd agent holds one store. Each LangGraph item (namespace, key, value) is one
-memory of that agent:
+One memoryd agent holds one store (a store per user of an app: ``agent_id=
+identity.agent_id(app, user)``, which no other pair shares). Each LangGraph item
+(namespace, key, value) is one memory of that agent:
 
 - its memoryd ``key`` is the JSON text of ``[*namespace, key]``: exact and unique, so a
   ``put`` of an existing item replaces that memory in place, and a path longer than

@@ -8,6 +8,9 @@ repeat itself ("yes", "yes"): each content therefore ends with a short stamp of 
 
     session = MemorydSession("chat-42", client=MemoryClient(), agent_id="support-bot")
     result = await Runner.run(agent, "Hello", session=session)
+
+The session id is memoryd's session id as it is, within the agent; an agent per user of
+an app is ``identity.agent_id(app, user)``, which no other pair shares.
 """
 
 from __future__ import annotations

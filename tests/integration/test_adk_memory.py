@@ -113,3 +113,51 @@ def test_a_bad_scope_or_timestamp_is_refused_by_name(worker: object, client: Mem
     with pytest.raises(ValidationError) as refused:
         asyncio.run(service.add_memory(app_name=app, user_id="ana", memories=[late]))
     assert refused.value.field == "memories[0].timestamp"
+
+
+def test_search_memory_does_not_collide_on_slash_in_identifiers(
+        worker: object, client: MemoryClient) -> None:
+    """ADK's own test of its memory services (tests/unittests/memory/
+    test_in_memory_memory_service.py), as it is, with the owner's search as the control."""
+    service = MemorydMemoryService(client)
+
+    async def run() -> None:
+        await service.add_session_to_memory(Session(
+            app_name="app/other-user", user_id="user", id="session-slashed-app",
+            last_update_time=1000, events=[Event(
+                id="event-slashed-app", invocation_id="inv-slashed-app", author="user",
+                timestamp=12345,
+                content=types.Content(parts=[types.Part(text="This is a secret.")]))]))
+        result = await service.search_memory(app_name="app", user_id="other-user/user",
+                                             query="secret")
+        assert not result.memories
+        owner = await service.search_memory(app_name="app/other-user", user_id="user",
+                                            query="secret")
+        assert [m.content.parts[0].text for m in owner.memories] == ["This is a secret."]
+        assert owner.memories[0].custom_metadata["adk_scope"] == ["app/other-user", "user"]
+
+    asyncio.run(run())
+
+
+def test_pairs_with_separators_in_either_part_never_share_memories(
+        worker: object, client: MemoryClient, app: str) -> None:
+    # Every pair here shared an agent with another under the older "{app}/{user}", or
+    # would share one under an encoding that left "%" or ":" unescaped.
+    pairs = [(f"{app}/x", "y"), (app, "x/y"), (f"{app}%2Fx", "y"), (f"{app}%x", "y"),
+             (f"{app}%25x", "y"), (f"{app}:x", "y"), (app, "x:y"), (f"{app}/", "x"),
+             (app, "/x"), (f"{app}%", "x"), (app, "%x"), (f"{app}%2F", "x"),
+             (app, "%2Fx"), (f"{app}\\", "x"), (app, "\\x")]
+    service = MemorydMemoryService(client)
+
+    async def run() -> None:
+        for n, (app_name, user_id) in enumerate(pairs):
+            await service.add_memory(app_name=app_name, user_id=user_id, memories=[
+                MemoryEntry(id=f"m{n}", content=types.Content(
+                    parts=[types.Part(text=f"Secret number {n} is kept here.")]))])
+        for n, (app_name, user_id) in enumerate(pairs):
+            found = await service.search_memory(app_name=app_name, user_id=user_id,
+                                                query="which secret number is kept here?")
+            assert [m.content.parts[0].text for m in found.memories] == [
+                f"Secret number {n} is kept here."], (app_name, user_id)
+
+    asyncio.run(run())

@@ -3,7 +3,9 @@ what each framework item becomes, and what comes back."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import uuid
 from datetime import UTC, datetime
 
@@ -14,8 +16,9 @@ from autogen_core.models import AssistantMessage, SystemMessage, UserMessage
 from google.adk.events.event import Event
 from google.genai import types
 
+from memoryd.auth.scope import KeyScope
 from memoryd.errors import ValidationError
-from memoryd.integrations import adk, autogen, openai_agents
+from memoryd.integrations import adk, autogen, identity, openai_agents
 from memoryd.types import Memory
 
 NOW = datetime(2026, 5, 6, tzinfo=UTC)
@@ -70,6 +73,80 @@ def test_an_adk_scope_names_its_empty_part() -> None:
     with pytest.raises(ValidationError) as refused:
         adk.agent_of("shop", " ")
     assert refused.value.field == "user_id"
+
+
+# Parts full of the separator, the escape character, its escapes and other separators.
+PARTS = ["", "a", "/", "//", "%", "%%", "%2F", "%2f", "%25", "%252F", "%2", ":", "a:b",
+         "a/b", "a%b", "\\", "/a/", " "]
+
+
+def test_no_two_identities_share_an_agent_whatever_separators_their_parts_hold() -> None:
+    tuples = [*itertools.product(PARTS, repeat=2), *itertools.product(PARTS[:8], repeat=3)]
+    named = {identity.agent_id(*parts): parts for parts in tuples}
+    assert len(named) == len(tuples)
+    assert all(identity.parts_of(agent) == parts for agent, parts in named.items())
+    assert adk.agent_of("app/other-user", "user") != adk.agent_of("app", "other-user/user")
+
+
+def test_random_identities_map_to_agents_one_to_one_and_back() -> None:
+    rng = random.Random(34)
+    seen: dict[str, tuple[str, ...]] = {}
+    for _ in range(20_000):
+        parts = tuple("".join(rng.choice("a/%2F5:") for _ in range(rng.randint(0, 6)))
+                      for _ in range(rng.randint(2, 3)))
+        agent = identity.agent_id(*parts)
+        assert seen.setdefault(agent, parts) == parts
+        assert identity.parts_of(agent) == parts
+
+
+def test_a_pair_without_a_slash_or_percent_keeps_the_name_older_memoryd_gave_it() -> None:
+    assert adk.agent_of("shop", "ana") == "shop/ana"
+    assert adk.agent_of("shop:eu", "ana@example.com") == "shop:eu/ana@example.com"
+    assert adk.agent_of("50%", "a/b") == "50%25/a%2Fb"
+
+
+def test_a_key_scoped_to_an_apps_prefix_covers_its_users_and_no_other_apps() -> None:
+    def scope(prefix: str) -> KeyScope:
+        return KeyScope(id=uuid.uuid4(), name="k", agents=(), agent_prefixes=(prefix,),
+                        permissions=("read",))
+
+    shop = scope(adk.app_prefix("shop"))
+    assert shop.agent_prefixes == ("shop/",)
+    assert all(shop.covers(adk.agent_of("shop", user))
+               for user in ["ana", "../other/x", "%2F..", "/", "x/y"])
+    assert not any(shop.covers(adk.agent_of(app, user)) for app, user in [
+        ("shop/x", "y"), ("shop%2Fx", "y"), ("shopping", "y"), ("sho", "p/x"),
+        ("shop%", "x"), ("other", "shop/x")])
+    odd = scope(adk.app_prefix("a/b%"))
+    assert odd.covers(adk.agent_of("a/b%", "u"))
+    assert not odd.covers(adk.agent_of("a", "b%/u")) and not odd.covers(
+        adk.agent_of("a/b", "%u"))
+
+
+def test_an_identity_too_long_once_escaped_is_refused_naming_the_agent_id() -> None:
+    assert adk.agent_of("a" * 100, "b" * 100)
+    with pytest.raises(ValidationError) as refused:
+        adk.agent_of("/" * 100, "b")
+    assert refused.value.field == "agent_id" and "/" not in refused.value.message
+
+
+@pytest.mark.parametrize(("name", "scoped", "unscoped", "status", "target"), [
+    ("shop/ana", 0, 5, None, None),  # the same name before and now
+    ("a%25b/c", 4, 0, None, None),  # named now: only the newer adapter wrote to it
+    ("50%/ana", 0, 2, "move", "50%25/ana"),
+    ("/a/b", 0, 1, "move", "%2Fa/b"),  # a blank app was refused: one pair makes it
+    ("a/b/c", 0, 1, "ambiguous", None),
+    ("a//c", 0, 1, "ambiguous", None),
+    ("a%b/c", 1, 1, "mixed", None),
+    ("x%y", 0, 1, "unmatched", None),
+    ("a/" + "/" * 200, 0, 1, "ambiguous", None),
+    ("%" * 100 + "/u", 0, 1, "too long", None)])
+def test_an_older_adk_name_moves_only_when_one_pair_makes_it(
+        name: str, scoped: int, unscoped: int, status: str | None, target: str | None
+) -> None:
+    plan = identity.legacy_adk_agent(name, scoped=scoped, unscoped=unscoped)
+    assert (plan and plan.status) == status
+    assert (plan and plan.target) == target
 
 
 def test_the_last_user_messages_text_is_what_autogen_recalls_for() -> None:
