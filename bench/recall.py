@@ -224,8 +224,7 @@ def explain(store: Any, agent: str, query: str) -> dict[str, Any]:
 
 def explain_analyze(session: Any, sql: Any) -> list[str]:
     """The lines of EXPLAIN (ANALYZE, BUFFERS) of ``sql`` (a ``recall_sql.Sql``)."""
-    return [r[0] for r in session.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + sql.text),
-                                          sql.params).all()]
+    return [r[0] for r in sql.run(session, prefix="EXPLAIN (ANALYZE, BUFFERS) ").all()]
 
 
 COVERAGE_QUERIES = 100

@@ -12,16 +12,23 @@ the pipeline sends the BEGIN ahead of its statements, and ``Pipe.commit`` sends 
 COMMIT behind them: neither costs a round trip of its own. Errors come
 back as SQLAlchemy's (``DBAPIError`` and its subclasses, parameters hidden), and a
 connection that broke is invalidated, as SQLAlchemy does for its own statements.
+
+Where a statement must name a value as a literal (a plan that matches a partial index;
+DDL, which takes no parameters), the value goes into the driver's text after SQLAlchemy
+parsed it, quoted by psycopg (``driver_text``, ``run_composed``): no layer reads any of
+its characters as a parameter.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, cast
 
 import psycopg
+from psycopg import sql as psql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from sqlalchemy import Connection, text
@@ -29,13 +36,50 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-__all__ = ["Pipe", "Sent", "pipeline"]
+__all__ = ["Pipe", "Sent", "driver_text", "pipeline", "run_composed"]
 
 
 @lru_cache(maxsize=256)
 def _driver_sql(sql: str, dialect: Dialect) -> str:
     """``sql``, with SQLAlchemy's ``:name`` parameters, in the driver's own style."""
     return str(text(sql).compile(dialect=dialect))
+
+
+def _driver(connection: Connection) -> psycopg.Connection[Any]:
+    driver = connection.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError("memoryd runs its statements through psycopg only")
+    return driver
+
+
+@lru_cache(maxsize=8)
+def _marks(marks: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(mark) for mark in marks))
+
+
+def driver_text(connection: Connection, sql: str,
+                literals: Mapping[str, str] | None = None) -> str:
+    """``sql`` (SQLAlchemy's ``:name`` parameters) in the driver's own style, each mark
+    of ``literals`` replaced by its value as a SQL string literal, for a statement run
+    with parameters. The values go in after SQLAlchemy parsed the text (it reads
+    ``:name`` inside quotes too), quoted by libpq for this connection, with each ``%``
+    doubled (psycopg reads ``%`` as a placeholder anywhere in a statement sent with
+    parameters): they read back exactly, whatever they hold."""
+    driver_sql = _driver_sql(sql, connection.dialect)
+    if not literals:
+        return driver_sql
+    driver = _driver(connection)
+    quoted = {mark: psql.Literal(value).as_string(driver).replace("%", "%%")
+              for mark, value in literals.items()}
+    return _marks(tuple(quoted)).sub(lambda found: quoted[found.group(0)], driver_sql)
+
+
+def run_composed(connection: Connection, statement: psql.Composable) -> None:
+    """Run a statement without parameters (DDL takes none) whose values psycopg composed
+    in (``psycopg.sql.Literal``, ``Identifier``): sent as it is, so neither SQLAlchemy
+    nor psycopg reads its text for placeholders. Errors come back as SQLAlchemy's."""
+    connection.exec_driver_sql(statement.as_string(_driver(connection)),
+                               execution_options={"no_parameters": True})
 
 
 class Sent:
@@ -61,11 +105,13 @@ class Pipe:
         self._connection = connection
         self._driver = driver
 
-    def send(self, sql: str, params: Mapping[str, Any]) -> Sent:
-        """Send one statement (``:name`` parameters); PostgreSQL starts on it at once."""
+    def send(self, sql: str, params: Mapping[str, Any],
+             literals: Mapping[str, str] | None = None) -> Sent:
+        """Send one statement (``:name`` parameters; ``literals``: see ``driver_text``);
+        PostgreSQL starts on it at once."""
         cursor = self._driver.cursor(row_factory=dict_row)
         with self.translated():
-            cursor.execute(_driver_sql(sql, self._connection.dialect), params)
+            cursor.execute(driver_text(self._connection, sql, literals), params)
         return Sent(self, cursor)
 
     def commit(self) -> None:
@@ -101,9 +147,7 @@ def pipeline(session: Session, *, begin: bool = True) -> Iterator[Pipe]:
     waits for every statement sent. ``begin=False``: on a session of explicit
     transactions with none open, the statements run as transactions of their own."""
     connection = session.connection()
-    driver = connection.connection.driver_connection
-    if not isinstance(driver, psycopg.Connection):
-        raise TypeError("statements are pipelined through psycopg only")
+    driver = _driver(connection)
     pipe = Pipe(connection, driver)
     with pipe.translated(), driver.pipeline():
         if (begin and driver.autocommit

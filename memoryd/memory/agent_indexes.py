@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from psycopg import sql
 from sqlalchemy import Connection, Engine, Row, text
 from sqlalchemy.orm import Session
 
+from memoryd.db.pipeline import run_composed
 from memoryd.memory.recall import agent_count
 
 RECHECK_S = 600.0
@@ -117,8 +119,10 @@ class OwnIndexes:
 
 
 def drop_index(conn: Connection, name: str) -> None:
-    """Drop one of the per-agent indexes without blocking recall or writes."""
-    conn.execute(text(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'))
+    """Drop one of the per-agent indexes without blocking recall or writes (``name`` as
+    the catalog has it, composed in as an identifier: DDL takes no parameters)."""
+    run_composed(conn, sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
+        sql.Identifier(name)))
 
 
 def drop_agent_index(engine: Engine, agent_id: str) -> bool:

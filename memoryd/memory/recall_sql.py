@@ -3,12 +3,14 @@ transaction settings they run under. ``recall`` decides which of them a recall r
 
 The texts vary only with the filters used and the agent's size class, so each is built
 once (``lru_cache``) and parsed once (``statement``); the parameters carry the rest.
+No caller value is ever written into them: the one literal, the HNSW search's agent, is
+quoted into the driver's text after parsing (``Sql.literals``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal
@@ -16,7 +18,7 @@ from typing import Any, Literal
 from sqlalchemy import TextClause, text
 from sqlalchemy.orm import Session
 
-from memoryd.db.pipeline import Pipe, Sent
+from memoryd.db.pipeline import Pipe, Sent, driver_text
 from memoryd.memory import keywords
 from memoryd.memory.rows import RANKED_COLUMNS, column_list
 
@@ -45,18 +47,26 @@ def statement(sql: str) -> TextClause:
 
 @dataclass(frozen=True)
 class Sql:
-    """One statement and its parameters."""
+    """One statement and its parameters, and the values it names as literals: each
+    mark of ``literals`` in the text stands for its value, quoted into the driver's text
+    only after SQLAlchemy parsed it (``memoryd.db.pipeline.driver_text``)."""
 
     text: str
     params: Mapping[str, Any]
+    literals: Mapping[str, str] = field(default_factory=dict)
 
-    def run(self, session: Session) -> Any:
-        """Execute it (its text parsed once: ``statement``); the SQLAlchemy result."""
-        return session.execute(statement(self.text), self.params)
+    def run(self, session: Session, *, prefix: str = "") -> Any:
+        """Execute it, ``prefix`` (``EXPLAIN ...``) written before it; the SQLAlchemy
+        result. Its text is parsed once (``statement``) unless it names literals."""
+        if not self.literals:
+            return session.execute(statement(prefix + self.text), self.params)
+        connection = session.connection()
+        return connection.exec_driver_sql(
+            driver_text(connection, prefix + self.text, self.literals), dict(self.params))
 
     def send(self, pipe: Pipe) -> Sent:
         """Send it ahead of its result (``memoryd.db.pipeline``)."""
-        return pipe.send(self.text, self.params)
+        return pipe.send(self.text, self.params, self.literals)
 
 
 @dataclass(frozen=True)
@@ -219,7 +229,8 @@ def candidate_statement(agent_id: str, query_vector: str, hits: list[KeywordHit]
         params |= {"seeds": sessions.seeds, "reach": sessions.reach,
                    "cap": sessions.max_messages}
     sql = _candidate_text(filters.sql(), search, model is not None, sessions is not None)
-    return Sql(sql.replace(_AGENT_LITERAL, sql_literal(agent_id)), params)
+    literals = {AGENT_LITERAL: agent_id} if search == "hnsw" else {}
+    return Sql(sql, params, literals)
 
 
 @dataclass(frozen=True)
@@ -305,17 +316,9 @@ def _ranked(alias: str = "m") -> str:
     return column_list(RANKED_COLUMNS, alias)
 
 
-# Where the HNSW search names its agent: replaced by the agent id as a SQL literal.
-_AGENT_LITERAL = "__memoryd_agent_literal__"
-
-
-def sql_literal(value: str) -> str:
-    """``value`` as a SQL string literal, quoted as PostgreSQL's ``quote_literal`` does:
-    quotes doubled, and backslashes doubled in an ``E''`` string, which reads the same
-    whatever ``standard_conforming_strings`` says. (Agent ids hold no control
-    characters: ``validation.agent_id``.)"""
-    quoted = "'" + value.replace("'", "''").replace("\\", "\\\\") + "'"
-    return "E" + quoted if "\\" in value else quoted
+# Where the HNSW search names its agent: the mark of the agent id's literal
+# (``Sql.literals``), never the id itself, in the text SQLAlchemy parses.
+AGENT_LITERAL = "__memoryd_agent_literal__"
 
 
 def _hnsw_vector_cte(where: str) -> str:
@@ -324,7 +327,7 @@ def _hnsw_vector_cte(where: str) -> str:
     return f"""vec AS MATERIALIZED (
             SELECT v.*, row_number() OVER () AS pos
             FROM (SELECT {_ranked()}, m.embedding <=> CAST(:qv AS vector) AS dist
-                  FROM memories m WHERE m.agent_id = {_AGENT_LITERAL} AND {where}
+                  FROM memories m WHERE m.agent_id = {AGENT_LITERAL} AND {where}
                   ORDER BY m.embedding <=> CAST(:qv AS vector) LIMIT :k) v)"""
 
 

@@ -113,14 +113,13 @@ def _vector_plan(store: MemoryStore, agent: str, *, generic: bool = False) -> st
     plan = rc.build_plan(agent, "", rc.Filters(), 30, vector_search="hnsw",
                          keyword_search="index", ef_search=100)
     candidate = plan.candidate_statement(vector, [])
-    sql, params = candidate.text, candidate.params
     with store.session() as session:
         rc.keyword_hits(session, plan)  # no words: the vector settings alone
         session.execute(text("SET LOCAL enable_seqscan = off"))
         session.execute(text("SET LOCAL enable_sort = off"))
         if generic:
             return generic_plan(session, candidate, {})
-        lines = session.execute(text("EXPLAIN " + sql), params).scalars().all()
+        lines = candidate.run(session, prefix="EXPLAIN ").scalars().all()
     return "\n".join(lines)
 
 

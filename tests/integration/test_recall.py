@@ -667,9 +667,9 @@ def _record_pipelined(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     sent: list[str] = []
     send = Pipe.send
 
-    def recording(pipe: Pipe, sql: str, params: Any) -> Any:
+    def recording(pipe: Pipe, sql: str, params: Any, literals: Any = None) -> Any:
         sent.append(sql)
-        return send(pipe, sql, params)
+        return send(pipe, sql, params, literals)
 
     monkeypatch.setattr(Pipe, "send", recording)
     return sent

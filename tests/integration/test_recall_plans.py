@@ -11,7 +11,7 @@ from sqlalchemy import text
 from memoryd.config import override_settings
 from memoryd.memory import recall as rc
 from memoryd.memory.embeddings import to_pgvector
-from memoryd.memory.recall_sql import sql_literal
+from memoryd.memory.recall_sql import AGENT_LITERAL, Sql
 from memoryd.memory.store import MemoryStore
 from tests.support.maint import bulk_insert
 from tests.support.plans import generic_plan
@@ -97,18 +97,18 @@ def test_a_small_agents_generic_plan_reads_its_own_rows_in_a_store_of_few_agents
     assert hits[0].content == "The user's dog is called Rex."
 
 
-@pytest.mark.parametrize("agent", ["o'brien", "back\\slash", "quote'\\'mix", "ünï ♥ 'x'"])
+@pytest.mark.parametrize("agent", ["o'brien", "back\\slash", "quote'\\'mix", "ünï ♥ 'x'",
+                                   "a/:x", "50%", "%(x)s", "$1", "{x}", ":agent_id"])
 def test_agent_literals_read_back_as_the_agent_id(store: MemoryStore, agent: str) -> None:
-    """The large agent's id is written into its vector query: it reads back exactly,
-    as PostgreSQL's own quoting would have it, whatever the string settings."""
+    """The large agent's id is named as a literal in its vector query: it reads back
+    exactly, whatever the string settings, and beside parameters that still bind."""
+    statement = Sql(f"SELECT {AGENT_LITERAL} AS agent, CAST(:x AS text) AS x", {"x": "bound"},
+                    {AGENT_LITERAL: agent})
     with store.session() as session:
         for conforming in ("on", "off"):
             session.execute(text(f"SET LOCAL standard_conforming_strings = {conforming}"))
             session.execute(text("SET LOCAL escape_string_warning = off"))
-            assert session.connection().exec_driver_sql(
-                f"SELECT {sql_literal(agent)}").scalar_one() == agent
-        assert session.execute(text("SELECT quote_literal(CAST(:a AS text))"),
-                               {"a": agent}).scalar_one() == sql_literal(agent)
+            assert tuple(statement.run(session).one()) == (agent, "bound")
 
 
 def test_a_large_agent_with_quotes_in_its_id_recalls_only_its_own_memories(

@@ -7,9 +7,11 @@ from collections.abc import Mapping
 
 from sqlalchemy.orm import Session
 
+from memoryd.db.pipeline import driver_text
 from memoryd.memory.recall_sql import Sql, settings_statement
 
-_BIND = re.compile(r"(?<![:\w]):(\w+)")
+# In the driver's text: a doubled percent sign (a literal one) or a named parameter.
+_DRIVER_TOKEN = re.compile(r"%%|%\((\w+)\)s")
 
 
 def generic_plan(session: Session, sql: Sql, settings: Mapping[str, str]) -> str:
@@ -18,6 +20,8 @@ def generic_plan(session: Session, sql: Sql, settings: Mapping[str, str]) -> str
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:
+        if match.group(1) is None:
+            return "%"
         if match.group(1) not in names:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
@@ -25,7 +29,9 @@ def generic_plan(session: Session, sql: Sql, settings: Mapping[str, str]) -> str
     setup = settings_statement(settings)
     if setup is not None:
         setup.run(session)
-    numbered = _BIND.sub(number, sql.text)
-    lines = session.connection().exec_driver_sql(
-        "EXPLAIN (GENERIC_PLAN) " + numbered.replace("%", "%%")).scalars().all()
-    return "\n".join(lines)
+    connection = session.connection()
+    # The text as the driver gets it (literals quoted in), its parameters numbered.
+    numbered = _DRIVER_TOKEN.sub(number, driver_text(connection, sql.text, sql.literals))
+    lines = connection.exec_driver_sql("EXPLAIN (GENERIC_PLAN) " + numbered,
+                                       execution_options={"no_parameters": True})
+    return "\n".join(lines.scalars().all())

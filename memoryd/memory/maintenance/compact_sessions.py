@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import text
@@ -73,7 +74,9 @@ def compact_sessions(ctx: JobContext, threshold: int = 30, keep: int = 10,
     for agent_id, session in session_keys(ctx, where, {"min_len": opts.min_len}, sid):
         if ctx.out_of_time():
             return JobOutcome(stats, complete=False)
-        _compact_one(ctx, llm, agent_id, session, opts, stats)
+        # One session's failure is recorded, and the sweep goes on with the others.
+        ctx.apart("compact", partial(_compact_one, ctx, llm, agent_id, session, opts, stats),
+                  agent_id=agent_id)
     return JobOutcome(stats)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import text
@@ -114,7 +115,8 @@ def _sweep(ctx: JobContext, marker: str, min_messages: int, opts: _Options,
     for agent_id, session_id in session_keys(ctx, where, params):
         if ctx.out_of_time():
             return False
-        handle(agent_id, session_id)
+        # One session's failure is recorded, and the sweep goes on with the others.
+        ctx.apart(marker, partial(handle, agent_id, session_id), agent_id=agent_id)
     return True
 
 

@@ -36,16 +36,25 @@ more than ``RECOUNT_SHARE`` since, or its counts are older than ``RECOUNT_AFTER`
 recounting every such agent every hour would read every large agent's memories every
 hour, for weights (``ln(N / df)``) that a few percent of growth moves by about a
 percent. Counts of agents no longer counted are deleted.
+
+Each drop, build, rebuild and count is a step of its own: one that fails (a lock or a
+relation in the way, an agent's data the database refuses) is listed in the run's stats
+(``agents_failed``, ``failed``: the agent id or index, the step, the error's class) and
+the run goes on with the other agents; the next run tries it again. No agent id is ever
+written into SQL that a driver parses for parameters.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from psycopg import sql
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session
 
+from memoryd.db.pipeline import run_composed
 from memoryd.errors import ValidationError
 from memoryd.memory import keywords
 from memoryd.memory.agent_indexes import (
@@ -58,16 +67,20 @@ from memoryd.memory.agent_indexes import (
 )
 from memoryd.memory.keywords import rare_cut
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
-from memoryd.memory.recall_sql import sql_literal
 
-_GRAPH = ", ".join(f"{key} = {value}" for key, value in GRAPH_OPTIONS.items())
-_INDEX_SQL = ("CREATE INDEX CONCURRENTLY {name} ON memories USING hnsw "
-              f"(embedding vector_cosine_ops) WITH ({_GRAPH}) WHERE agent_id = {{agent}}")
+_GRAPH = ", ".join(f"{key} = {int(value)}" for key, value in GRAPH_OPTIONS.items())
+# DDL takes no parameters: the index's name and the agent id are composed in by psycopg
+# (``psycopg.sql``) and the statement is sent as it is (``pipeline.run_composed``).
+_INDEX_SQL = sql.SQL("CREATE INDEX CONCURRENTLY {name} ON memories USING hnsw "
+                     f"(embedding vector_cosine_ops) WITH ({_GRAPH}) WHERE agent_id = {{agent}}")
 # A graph built within this much memory is built several times faster than one that
 # spills to disk; sized for an agent of a few hundred thousand memories.
 _BUILD_MEMORY = "512MB"
 # How long a build waits for the transactions it must outlast (it never blocks writes).
 _BUILD_LOCK_TIMEOUT = "5min"
+# How long one agent's term count waits for a lock (its counts' rows, held by an erasure
+# or a stuck transaction) before it fails alone and the run goes on with the others.
+COUNT_LOCK_TIMEOUT = "1min"
 # When an indexed agent's term counts are taken again (see the module docstring).
 RECOUNT_SHARE = 0.05
 RECOUNT_AFTER = "24 hours"
@@ -117,19 +130,19 @@ def plan(sizes: list[tuple[str, int]], existing: dict[str, bool], min_memories: 
 
 
 def _build(conn: Connection, agent_id: str) -> None:
-    # The agent id goes into the DDL as a literal (DDL takes no parameters), quoted as
-    # recall's vector query names it.
-    conn.execute(text(_INDEX_SQL.format(name=f'"{index_name(agent_id)}"',
-                                        agent=sql_literal(agent_id))))
+    # The agent id goes into the DDL as a literal (DDL takes no parameters); recall's
+    # vector query names it as the same literal.
+    run_composed(conn, _INDEX_SQL.format(name=sql.Identifier(index_name(agent_id)),
+                                         agent=sql.Literal(agent_id)))
 
 
 def _rebuild(conn: Connection, agent_id: str) -> None:
     # The new options, then a concurrent rebuild that reads them: recall and writes go
     # on through the old graph until the new one takes its place (an interrupted rebuild
     # leaves an invalid ``..._ccnew`` index, which the next run drops).
-    name = f'"{index_name(agent_id)}"'
-    conn.execute(text(f"ALTER INDEX {name} SET ({_GRAPH})"))
-    conn.execute(text(f"REINDEX INDEX CONCURRENTLY {name}"))
+    name = sql.Identifier(index_name(agent_id))
+    run_composed(conn, sql.SQL(f"ALTER INDEX {{}} SET ({_GRAPH})").format(name))
+    run_composed(conn, sql.SQL("REINDEX INDEX CONCURRENTLY {}").format(name))
 
 
 def count_terms(session: Session, agent_id: str) -> int:
@@ -137,8 +150,11 @@ def count_terms(session: Session, agent_id: str) -> int:
     transaction): the terms that are not rare (``keywords.rare_cut``). Returns the
     terms kept."""
     # One pass over all of the agent's memories: not bounded by the engine's
-    # per-statement timeout, which would fail it every hour for a huge agent.
-    session.execute(text("SET LOCAL statement_timeout = 0"))
+    # per-statement timeout, which would fail it every hour for a huge agent; but a lock
+    # is waited for only so long (``COUNT_LOCK_TIMEOUT``).
+    session.execute(text("SELECT set_config('statement_timeout', '0', true), "
+                         "set_config('lock_timeout', :wait, true)"),
+                    {"wait": COUNT_LOCK_TIMEOUT})
     memories = int(session.execute(text(
         "SELECT count(*) FROM memories WHERE agent_id = :a"), {"a": agent_id}).scalar_one())
     session.execute(text("""
@@ -215,21 +231,30 @@ def index_agents(ctx: JobContext, **params: Any) -> JobOutcome:
 
 def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
            stats: dict[str, Any], sizes: dict[str, int]) -> JobOutcome:
+    """Drop, build, rebuild, then count terms. Each index and each agent is a step of its
+    own (``JobContext.apart``): one that fails is recorded and the run goes on, so one
+    agent's id, lock or name in the way never leaves the rest of the fleet unindexed."""
     for name in todo.drop:
-        drop_index(conn, name)
-        stats["dropped"] += 1
+        if ctx.apart("drop", partial(drop_index, conn, name), index=name):
+            stats["dropped"] += 1
     for agent in todo.build:
         if ctx.out_of_time():
             return JobOutcome(stats, complete=False)
-        _build(conn, agent)
-        stats["built"] += 1
-        stats["agents_indexed"] += 1
+        if ctx.apart("build", partial(_build, conn, agent), agent_id=agent):
+            stats["built"] += 1
+            stats["agents_indexed"] += 1
     for agent in todo.rebuild:
         if ctx.out_of_time():
             return JobOutcome(stats, complete=False)
-        _rebuild(conn, agent)
-        stats["rebuilt"] += 1
-    # Counted: the indexed agents, and every agent whose keyword side uses the index.
+        if ctx.apart("rebuild", partial(_rebuild, conn, agent), agent_id=agent):
+            stats["rebuilt"] += 1
+    return _count(ctx, todo, stats, sizes)
+
+
+def _count(ctx: JobContext, todo: IndexPlan, stats: dict[str, Any],
+           sizes: dict[str, int]) -> JobOutcome:
+    """Count the terms of the agents whose counts are stale, one transaction each.
+    Counted: the indexed agents, and every agent whose keyword side uses the index."""
     counted = sorted(set(todo.keep + todo.build)
                      | {a for a, n in sizes.items() if n > keywords.KEYWORD_SCAN_MAX})
     with ctx.store.session() as session:
@@ -240,7 +265,12 @@ def _apply(ctx: JobContext, conn: Connection, todo: IndexPlan,
     for agent in stale:
         if ctx.out_of_time():
             return JobOutcome(stats, complete=False)
-        with ctx.store.session() as session:  # one transaction per agent
-            count_terms(session, agent)
-        stats["agents_terms_counted"] += 1
+        if ctx.apart("count_terms", partial(_count_one, ctx, agent),
+                     agent_id=agent):
+            stats["agents_terms_counted"] += 1
     return JobOutcome(stats)
+
+
+def _count_one(ctx: JobContext, agent_id: str) -> None:
+    with ctx.store.session() as session:  # one transaction per agent
+        count_terms(session, agent_id)

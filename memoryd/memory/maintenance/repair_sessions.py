@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import text
@@ -163,7 +164,9 @@ def repair_sessions(ctx: JobContext, max_message_bytes: int = 512_000,
         if ctx.out_of_time():
             return JobOutcome({**totals.as_dict(), "sweep_complete": False}, complete=False)
         totals.sessions_checked += 1
-        _repair_one(ctx, agent_id, session, max_bytes, totals)
+        # One session's failure is recorded, and the sweep goes on with the others.
+        ctx.apart("repair", partial(_repair_one, ctx, agent_id, session, max_bytes, totals),
+                  agent_id=agent_id)
     # Only a full sweep lets the next one start from here (see _last_complete_sweep).
     return JobOutcome({**totals.as_dict(), "sweep_complete": sid is None})
 

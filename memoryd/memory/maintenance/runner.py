@@ -2,7 +2,9 @@
 audit, which also holds its checkpoint), its batch size and time budget.
 
 ``run_job`` is the single entry point of the Celery tasks, APScheduler and the CLI;
-``run_to_completion`` repeats it for callers with no follow-up task to enqueue.
+``run_to_completion`` repeats it for callers with no follow-up task to enqueue. A job
+over the whole fleet takes each agent's step apart (``JobContext.apart``): the agents
+whose step failed alone are listed in the run's stats, and the run is ok.
 """
 
 from __future__ import annotations
@@ -156,25 +158,29 @@ def _run_locked(store: MemoryStore, job_name: str, fn: JobFn, agent_id: str | No
         if _refused(exc, fn, params):
             _forget_run(store, run_id)
         else:
-            _failed(store, run_id, exc, bound)
+            _failed(store, run_id, exc, bound, ctx)
         raise
     except DBAPIError as exc:
         if faults.transient(exc):
-            _finish_run(store, run_id, "failed", {}, "transient database error; retried")
+            _finish_run(store, run_id, "failed", ctx.failure_stats(),
+                        "transient database error; retried")
         else:
-            _failed(store, run_id, faults.refusal(exc), bound)
+            _failed(store, run_id, faults.refusal(exc), bound, ctx)
         raise
     except Exception as exc:  # recorded in the audit, then re-raised for the caller
-        _failed(store, run_id, exc, bound)
+        _failed(store, run_id, exc, bound, ctx)
         raise
-    stats = {**outcome.stats, "duration_ms": round((time.monotonic() - started) * 1000)}
+    # The agents whose step failed alone (``JobContext.apart``) are listed; the run is ok.
+    stats = {**outcome.stats, **ctx.failure_stats(),
+             "duration_ms": round((time.monotonic() - started) * 1000)}
     _finish_run(store, run_id, "ok", stats, None)
     bound.info("maintenance.finished", complete=outcome.complete, **_loggable(stats))
     return RunRecord(run_id, job_name, "ok", stats, outcome.complete)
 
 
-def _failed(store: MemoryStore, run_id: int, exc: BaseException, bound: Any) -> None:
-    _finish_run(store, run_id, "failed", {}, describe_error(exc))
+def _failed(store: MemoryStore, run_id: int, exc: BaseException, bound: Any,
+            ctx: JobContext) -> None:
+    _finish_run(store, run_id, "failed", ctx.failure_stats(), describe_error(exc))
     bound.exception("maintenance.failed")
 
 

@@ -25,6 +25,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import text
@@ -90,7 +91,10 @@ def summarize(ctx: JobContext, older_than_days: int = 30, min_group: int = 2,
             complete = False
             break
         stats.groups += 1
-        if not _summarize_group(ctx, llm, agent_id, group, size, opts, stats):
+        # One group's failure is recorded, and the sweep goes on with the others.
+        ctx.apart("summarize", partial(_summarize_group, ctx, llm, agent_id, group, size,
+                                       opts, stats), agent_id=agent_id)
+        if ctx.out_of_time():  # the group may have stopped part-way: a follow-up goes on
             complete = False
             break
     return JobOutcome({**stats.as_dict(), "llm": llm_label(llm)}, complete)
@@ -142,15 +146,16 @@ def _dry_run_counts(ctx: JobContext, opts: _Options) -> dict[str, Any]:
 
 
 def _summarize_group(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: str,
-                     size: int, opts: _Options, stats: _Stats) -> bool:
-    """Summarize one group in near-equal chunks of at most ``max_group``; False when out
-    of time. A chunk smaller than ``min_group`` (only when ``max_group`` is tiny) waits."""
+                     size: int, opts: _Options, stats: _Stats) -> None:
+    """Summarize one group in near-equal chunks of at most ``max_group``, stopping when
+    out of time. A chunk smaller than ``min_group`` (only when ``max_group`` is tiny)
+    waits."""
     day = ctx.now.date().isoformat()
     for index, limit in enumerate(chunk_sizes(size, opts.max_group), start=1):
         if limit < opts.min_group:
             continue
         if index > 1 and ctx.out_of_time():
-            return False
+            return
         suffix = f":{day}" if index == 1 else f":{day}:{index}"
         key = bounded(f"summary:{group}{suffix}")
         archived, kept = _summarize_chunk(ctx, llm, agent_id, group, key, limit, opts)
@@ -160,7 +165,6 @@ def _summarize_group(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, group: st
             stats.summaries += 1
         else:
             stats.skipped += 1
-    return True
 
 
 def chunk_sizes(size: int, most: int) -> list[int]:
