@@ -61,9 +61,9 @@ def _rename_agent(args: argparse.Namespace) -> int:
         print(table(("table", "rows", ""),
                     [(name, n, f"{would}moved") for name, n in found.moved.items() if n]))
     if not args.yes:
-        raise ValidationError("yes", f"renaming {args.old!r} moves the rows above to "
-                                     f"{args.new!r}: add --yes to confirm")
-    print(f"renamed {args.old} to {args.new}", file=sys.stderr)
+        raise ValidationError("yes", "the rename moves the rows above to the new agent: "
+                                     "add --yes to confirm")
+    print("renamed: every row above moved to the new agent", file=sys.stderr)
     return 0
 
 
