@@ -12,6 +12,25 @@ from memoryd.config import Settings
 
 MEMORY_QUEUE, MAINTENANCE_QUEUE = QUEUES
 MAINTENANCE_TASK_PREFIX = "memoryd.maintenance."
+ADMIN_TASK_PREFIX = "memoryd.admin."
+# How long a result that may hold memory contents waits for a caller who never fetched
+# it (a caller gone after a timeout, a ``wait=False`` never collected): a caller fetches
+# within its own timeout, and deletes what it fetched (``memoryd.client``).
+CONTENT_RESULT_EXPIRES_S = 300
+
+
+# Memory tasks whose results hold no contents: ids and flags (a store's result is
+# followed after a 202 for longer: memoryd.gateway.accepted).
+CONTENT_FREE_RESULTS = frozenset({"memoryd.store", "memoryd.store_many", "memoryd.forget",
+                                  "memoryd.kg.add"})
+
+
+def holds_contents(task_name: str) -> bool:
+    """Whether the result of task ``task_name`` may hold memory contents: every task's
+    but the maintenance jobs', the operators' (run records, counts) and
+    ``CONTENT_FREE_RESULTS``. A task unknown here counts as holding them."""
+    return not (task_name in CONTENT_FREE_RESULTS
+                or task_name.startswith((MAINTENANCE_TASK_PREFIX, ADMIN_TASK_PREFIX)))
 
 
 def restore_interval_s(visibility_timeout_s: int) -> int:
@@ -72,6 +91,7 @@ def celery_config(settings: Settings, *, broker_url: str | None = None,
             "visibility_timeout": settings.visibility_timeout_s,
             **({"retry_policy": CALLER_RESULT_RETRY_POLICY} if caller else {})},
         "broker_connection_retry_on_startup": True,
+        # Results that may hold contents expire sooner (``memoryd.broker.redis_results``).
         "result_expires": settings.result_expires_s,
         "timezone": settings.timezone,
         "enable_utc": True,

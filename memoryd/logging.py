@@ -7,7 +7,10 @@ are routed through the same processors; the chatty ones are kept at WARNING. Con
 bound with ``bind_contextvars`` (task id, task name, agent id) appears on every line.
 Memory content and secrets never reach a log line: content-like fields are reduced to
 their size, and every text and traceback passes ``memoryd.redaction`` (a database
-error's parameters and DETAIL, which may quote a row, are left out).
+error's parameters and DETAIL, which may quote a row, are left out). Agents are named by
+the SHA-256 of their id (``agent_sha256``), as the erasure audit names them, and a
+request path's agent (an access log line) is hidden: an erased agent's id stays in no
+log memoryd writes.
 """
 
 from __future__ import annotations
@@ -24,13 +27,20 @@ from typing import Any, TextIO
 
 import structlog
 
-from memoryd.redaction import format_error, scrub
+from memoryd.redaction import AGENT_HASH_KEY, AGENT_KEYS, agent_digest, format_error, scrub
 
 _SECRET_KEYS = re.compile(r"(api_?key|password|passwd|secret|token|authorization|credential)",
                           re.IGNORECASE)
 _CONTENT_KEYS = {"content", "query", "text", "prompt", "messages"}
 MAX_VALUE_CHARS = 200
 MAX_EVENT_CHARS = 500  # third-party messages may embed payloads (task bodies, results)
+# The gateway's paths name the agent (``/v1/agents/{agent}/...``, the id may hold
+# slashes) and its query may quote metadata: all that follows ``/agents/`` is hidden in a
+# logged text.
+_AGENT_PATH = re.compile(r"(/agents/)[^\s\"']+")
+AGENT_PATH_HIDDEN = r"\1<agent>"
+# A gateway path's query string holds the caller's values (an access log line): hidden.
+_GATEWAY_QUERY = re.compile(r"(/v1/[^\s?#\"']*)\?[^\s\"']*")
 # Loggers that report their internals at INFO; kept at WARNING (at least) whatever the
 # level asked for, so that --log-level INFO shows memoryd's own events.
 NOISY_LOGGERS: dict[str, int] = {
@@ -56,14 +66,20 @@ PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 
 
 def redact(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Mask secrets, shorten content, and strip passwords from URLs."""
+    """Mask secrets, shorten content, name agents by their hash, and strip passwords
+    from URLs."""
     for key, value in list(event.items()):
-        if _SECRET_KEYS.search(key):
+        if key in AGENT_KEYS:
+            del event[key]
+            if isinstance(value, str):
+                event[AGENT_HASH_KEY] = agent_digest(value)
+        elif _SECRET_KEYS.search(key):
             event[key] = "***"
         elif key in _CONTENT_KEYS and isinstance(value, str):
             event[key] = f"<{len(value)} chars>"
         elif isinstance(value, str):
-            cleaned = scrub(value)
+            cleaned = _AGENT_PATH.sub(AGENT_PATH_HIDDEN, scrub(value))
+            cleaned = _GATEWAY_QUERY.sub(r"\1?<query>", cleaned)
             limit = MAX_EVENT_CHARS if key == "event" else MAX_VALUE_CHARS
             if len(cleaned) > limit:
                 cleaned = cleaned[:limit] + f"… [{len(cleaned)} chars]"

@@ -3,15 +3,20 @@
 sizes, and errors to their class and a message that holds no row values.
 
 Memory contents and queries travel in task bodies and results, to the caller; never in
-the monitoring path. memoryd's own errors (``MemorydError``) are written to be shown;
-anything else is described by its class and, for a database error, the SQLSTATE name
-and the schema objects involved: the server's message and DETAIL may quote a row
-(``Failing row contains (...)``, ``Key (agent_id, key)=(...)``), and SQLAlchemy's may
-list the statement's parameters.
+the monitoring path. An agent is named there by the SHA-256 of its id (``agent_digest``),
+as the erasure audit names it: an erased agent leaves its id in no log line or task event,
+and an operator still finds an agent's lines by hashing the id they were asked about.
+
+memoryd's own errors (``MemorydError``) are written to be shown; anything else is
+described by its class and, for a database error, the SQLSTATE name and the schema
+objects involved: the server's message and DETAIL may quote a row (``Failing row
+contains (...)``, ``Key (agent_id, key)=(...)``), and SQLAlchemy's may list the
+statement's parameters.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import traceback
 from collections.abc import Mapping
@@ -19,9 +24,13 @@ from typing import Any
 
 from memoryd.errors import MemorydError, WorkerError
 
-# Values shown as they are in summaries: identifiers and options, never content.
-SHOWN_KEYS = frozenset({"agent_id", "memory_id", "start_id", "job", "mode", "limit",
-                        "depth", "dry_run", "category", "id", "run_id", "status"})
+# Values shown as they are in summaries: identifiers and options, never content (an
+# entity id such as ``start_id`` is the agent's own word: shown by its size).
+SHOWN_KEYS = frozenset({"memory_id", "job", "mode", "limit", "depth", "dry_run",
+                        "category", "id", "run_id", "status"})
+# Shown by their hash (``agent_digest``), under ``AGENT_HASH_KEY``.
+AGENT_KEYS = frozenset({"agent_id"})
+AGENT_HASH_KEY = "agent_sha256"
 MAX_MESSAGE_CHARS = 200
 # A URL's password, also without a user name (Redis: ``redis://:PASSWORD@host``).
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")
@@ -32,19 +41,31 @@ _VALUES_FOLLOW = re.compile(r"\[parameters:|\[SQL parameters|^\s*(DETAIL|CONTEXT
 _DIAG_NAMES = ("table_name", "column_name", "constraint_name", "datatype_name")
 
 
+def agent_digest(agent_id: str) -> str:
+    """What everything but the caller's answer and the database keeps of an agent's id:
+    its SHA-256 (hex), as the erasure audit keeps it."""
+    return hashlib.sha256(agent_id.encode("utf-8")).hexdigest()
+
+
 def summarize(value: Any) -> str:
     """A value as monitoring shows it: numbers, booleans and identifiers as they are,
-    the size of anything else (``<23 chars>``, ``<3 items>``, ``<5 keys>``)."""
+    an agent's id by its hash, the size of anything else (``<23 chars>``, ``<3 items>``,
+    ``<5 keys>``)."""
     if value is None or isinstance(value, bool | int | float):
         return repr(value)
     if isinstance(value, str):
         return f"<{len(value)} chars>"
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{key!r}: {_entry(key, item)}"
-                               for key, item in value.items()) + "}"
+        return "{" + ", ".join(_field(key, item) for key, item in value.items()) + "}"
     if isinstance(value, list | tuple | set | frozenset):
         return f"<{len(value)} items>"
     return f"<{type(value).__name__}>"
+
+
+def _field(key: object, value: Any) -> str:
+    if key in AGENT_KEYS and isinstance(value, str):
+        return f"{AGENT_HASH_KEY!r}: {agent_digest(value)!r}"
+    return f"{key!r}: {_entry(key, value)}"
 
 
 def _entry(key: object, value: Any) -> str:

@@ -25,7 +25,6 @@ asked about), when, and the rows per table.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -37,6 +36,7 @@ import structlog
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
+from memoryd import redaction
 from memoryd import validation as check
 from memoryd.config import Settings
 from memoryd.errors import Unavailable
@@ -114,8 +114,9 @@ STEPS: tuple[Step, ...] = (
 
 
 def agent_digest(agent_id: str) -> str:
-    """What the audit keeps of an erased agent's id: its SHA-256 (hex)."""
-    return hashlib.sha256(agent_id.encode("utf-8")).hexdigest()
+    """What the audit keeps of an erased agent's id: its SHA-256 (hex), the name logs
+    and task events know the agent by too (``memoryd.redaction``)."""
+    return redaction.agent_digest(agent_id)
 
 
 def forget_agent(store: Database, agent_id: str, *, batch_size: int | None = None,

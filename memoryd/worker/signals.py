@@ -40,6 +40,18 @@ def _result_summary(value: Any, maxlen: int | None = None, **_: Any) -> str:
     return summarize(value)
 
 
+@signals.task_received.connect
+def _summarize_arguments(request: Any = None, **_: Any) -> None:
+    # The task-received event (which Flower shows) carries the message's argsrepr and
+    # kwargsrepr as its sender wrote them: a sender that did not summarise (``celery
+    # call``, a client of an older release naming the agent by its id) would put
+    # contents or the agent's id there. Replaced before the event is sent.
+    if request is None:
+        return
+    request._argsrepr = summarize(tuple(request.args or ()))
+    request._kwargsrepr = summarize(dict(request.kwargs or {}))
+
+
 @signals.worker_init.connect
 def _share_cores(sender: Any = None, **_: Any) -> None:
     # N prefork children each running onnxruntime on every core would thrash:

@@ -217,16 +217,19 @@ def test_the_unconsumed_queue_really_would_show_a_sent_message(
 
 def test_messages_name_the_agent_but_carry_no_content_in_their_headers(
         unconsumed: tuple[MemoryClient, redis.Redis]) -> None:
-    """Flower and task events show a message's ``kwargsrepr``: the agent and the sizes,
-    never the memory's content (the body, which the worker reads, has it all)."""
+    """Flower and task events show a message's ``kwargsrepr``: the agent (by its hash)
+    and the sizes, never the memory's content (the body, which the worker reads, has it
+    all)."""
     import base64
+    import hashlib
     import json
 
     c, raw = unconsumed
     c.store("agent-headers", "the launch code is 0000", tags=["a", "b"], wait=False)
     message = json.loads(raw.lindex("memory", 0))
     headers = message["headers"]
-    assert headers["kwargsrepr"] == ("{'agent_id': 'agent-headers', 'content': <23 chars>, "
+    digest = hashlib.sha256(b"agent-headers").hexdigest()
+    assert headers["kwargsrepr"] == (f"{{'agent_sha256': '{digest}', 'content': <23 chars>, "
                                      "'tags': <2 items>}")
     assert headers["argsrepr"] == "()"
     assert "launch code" not in json.dumps(headers)

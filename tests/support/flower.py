@@ -1,5 +1,6 @@
-"""A real Flower process (``celery flower`` on memoryd's app, as ``memoryd up`` starts it)
-for the integration tests, behind a basic-auth login."""
+"""A real Flower process (memoryd's monitor-only Flower, ``python -m
+memoryd.cli.flower_monitor``, as ``memoryd up`` starts it) for the integration tests,
+behind a basic-auth login handed over in its environment."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.support.gateway import terminate
 
 
 class FlowerProcess:
-    """``celery flower`` as ``memoryd up`` runs it, behind a login, logging to a file."""
+    """Flower as ``memoryd up`` runs it, behind a login, logging to a file."""
 
     def __init__(self, env: dict[str, str], log_path: Path,
                  auth: tuple[str, str] = ("operator", "flower-test-password")) -> None:
@@ -25,14 +26,19 @@ class FlowerProcess:
         self.url = f"http://127.0.0.1:{free_port()}"
         self._log = log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "memoryd.worker", "flower",
-             "--address=127.0.0.1", f"--port={self.url.rsplit(':', 1)[1]}",
-             f"--basic-auth={':'.join(self.auth)}"],
-            env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [sys.executable, "-m", "memoryd.cli.flower_monitor", "--address=127.0.0.1",
+             f"--port={self.url.rsplit(':', 1)[1]}"],
+            env={**env, "FLOWER_BASIC_AUTH": ":".join(self.auth)}, stdin=subprocess.DEVNULL,
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def get(self, path: str, **params: Any) -> httpx.Response:
         return httpx.get(f"{self.url}{path}", params=params, auth=self.auth, timeout=30)
+
+    def request(self, method: str, path: str, *, login: bool = True,
+                **options: Any) -> httpx.Response:
+        """A request with the login, or without (``login=False``: none, or ``auth``)."""
+        auth = options.pop("auth", self.auth if login else None)
+        return httpx.request(method, f"{self.url}{path}", auth=auth, timeout=30, **options)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout

@@ -403,8 +403,7 @@ def test_exactly_one_beat() -> None:
 def test_flower_has_basic_auth_from_env_and_binds_loopback() -> None:
     flower = _services()["flower"]
     argv = _argv(flower["command"])
-    assert argv[:3] == ["celery", "-A", "memoryd.worker"], argv
-    assert "flower" in argv
+    assert argv[:3] == ["python", "-m", "memoryd.cli.flower_monitor"], argv
     assert _option(argv, "--port") == "5555"
     auth = _environment(flower).get("FLOWER_BASIC_AUTH")
     assert auth, "flower has no FLOWER_BASIC_AUTH"
@@ -495,7 +494,7 @@ def test_procfile_processes() -> None:
     assert _option(maintenance, "--concurrency") == "1"
     assert _argv(processes["beat"]) == ["memoryd", "beat"]
     flower = _argv(processes["flower"])
-    assert flower[:3] == ["celery", "-A", "memoryd.worker"] and "flower" in flower
+    assert flower[:3] == ["python", "-m", "memoryd.cli.flower_monitor"], flower
     assert _option(flower, "--address") == "127.0.0.1", "flower on one node: loopback only"
     assert not any("basic" in arg.lower() for arg in flower), "auth comes from the environment"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -43,9 +44,27 @@ def test_bound_context_appears_on_every_line(json_logs: io.StringIO) -> None:
     logging.getLogger("celery.worker").warning("from the stdlib")
     first, second = _lines(json_logs)
     for line in (first, second):
-        assert line["task_id"] == "t-1" and line["agent_id"] == "agent-7"
+        assert line["task_id"] == "t-1" and line["agent_sha256"] == AGENT_7_SHA256
     assert first["event"] == "stored" and first["rows"] == 1
     assert second["event"] == "from the stdlib" and second["level"] == "warning"
+
+
+AGENT_7_SHA256 = hashlib.sha256(b"agent-7").hexdigest()
+
+
+def test_an_agent_is_named_by_its_hash_never_by_its_id(json_logs: io.StringIO) -> None:
+    """As the erasure audit names it: an erased agent's id stays in no log line, and an
+    operator finds an agent's lines by hashing the id."""
+    agent = "alice@example.com/diary"
+    structlog.get_logger("memoryd.test").info("index_agents.requested", agent_id=agent)
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "DELETE",
+        f"/v1/agents/{agent}/memories?limit=5", "1.1", 200)
+    memoryd_line, access_line = _lines(json_logs)
+    assert agent not in json.dumps([memoryd_line, access_line])
+    assert "agent_id" not in memoryd_line
+    assert memoryd_line["agent_sha256"] == hashlib.sha256(agent.encode()).hexdigest()
+    assert access_line["event"] == '127.0.0.1:5000 - "DELETE /v1/agents/<agent> HTTP/1.1" 200'
 
 
 def test_secrets_and_content_are_redacted(json_logs: io.StringIO) -> None:

@@ -106,14 +106,17 @@ def test_a_retrys_cause_is_redacted_and_its_schedule_kept() -> None:
     assert CANARY not in str(out) and CANARY not in repr(out.exc)
 
 
+AGENT_1_SHA256 = "6ff3b3bd11c44cac620c43d5b65377bd2ba7e8951c1e835ae40c96733730982b"
+
+
 def test_results_and_arguments_are_summarised_by_identifiers_and_sizes() -> None:
     memory = {"id": "5f0c", "agent_id": "agent-1", "content": CANARY, "category": "fact",
               "tags": ["a", "b"], "metadata": {"k": CANARY}, "importance": 0.5,
               "duplicate": False, "key": CANARY}
     assert summarize(memory) == (
-        "{'id': '5f0c', 'agent_id': 'agent-1', 'content': <29 chars>, 'category': 'fact', "
-        "'tags': <2 items>, 'metadata': <1 keys>, 'importance': 0.5, 'duplicate': False, "
-        "'key': <29 chars>}")
+        f"{{'id': '5f0c', 'agent_sha256': '{AGENT_1_SHA256}', 'content': <29 chars>, "
+        "'category': 'fact', 'tags': <2 items>, 'metadata': <1 keys>, 'importance': 0.5, "
+        "'duplicate': False, 'key': <29 chars>}")
     assert summarize([memory, memory, memory]) == "<3 items>"
     assert summarize(CANARY) == "<29 chars>"
     assert summarize(True) == "True" and summarize(None) == "None"
@@ -155,5 +158,52 @@ def test_messages_a_worker_sends_itself_carry_summaries_of_their_arguments() -> 
     finally:
         signals.before_task_publish.disconnect(capture)
         app.close()
-    assert headers["kwargsrepr"] == "{'agent_id': 'agent-1', 'content': <29 chars>}"
+    assert headers["kwargsrepr"] == (f"{{'agent_sha256': '{AGENT_1_SHA256}', "
+                                     "'content': <29 chars>}")
     assert headers["argsrepr"] == "<0 items>"
+
+
+def test_a_summary_names_an_agent_by_the_hash_the_erasure_audit_keeps() -> None:
+    """An erased agent's id stays in no task event (Flower) and no stored summary: they
+    hold its SHA-256, which an operator reproduces from the id they were asked about."""
+    from memoryd.memory.erasure import agent_digest
+
+    assert agent_digest("agent-1") == AGENT_1_SHA256
+    shown = summarize({"agent_id": "agent-1", "start_id": "alices-diary", "limit": 5})
+    assert "agent-1" not in shown and "alices-diary" not in shown
+    assert shown == f"{{'agent_sha256': '{AGENT_1_SHA256}', 'start_id': <12 chars>, 'limit': 5}}"
+
+
+def test_the_worker_summarises_arguments_a_sender_left_whole_before_the_received_event(
+        ) -> None:
+    """A message of a sender that did not summarise (``celery call``, an older client)
+    reaches the task-received event, and Flower, as the worker's summary."""
+    import json
+    import uuid
+
+    from celery import Celery
+    from celery.worker.request import Request
+    from kombu import Message
+
+    from memoryd.worker import signals
+
+    app = Celery("redaction-received", broker="memory://", set_as_current=False)
+
+    @app.task(name="test.received")
+    def received(agent_id: str, content: str) -> None:
+        return None
+
+    sent = app.amqp.as_task_v2(str(uuid.uuid4()), "test.received",
+                               kwargs={"agent_id": "agent-1", "content": CANARY})
+    message = Message(body=json.dumps(sent.body), headers=sent.headers,
+                      content_type="application/json", content_encoding="utf-8",
+                      properties=sent.properties,
+                      delivery_info={"exchange": "", "routing_key": "memory"})
+    request = Request(message, app=app, task=received)
+    assert CANARY in request.kwargsrepr  # the control: the sender's repr holds it
+    signals._summarize_arguments(request=request)
+    app.close()
+    assert CANARY not in request.kwargsrepr and "agent-1" not in request.kwargsrepr
+    assert request.kwargsrepr == (f"{{'agent_sha256': '{AGENT_1_SHA256}', "
+                                  "'content': <29 chars>}")
+    assert request.argsrepr == "<0 items>"
