@@ -164,9 +164,24 @@ class Settings(BaseSettings):
     gateway_max_body_bytes: int = Field(
         8 * 1024 * 1024, gt=0, description="Largest request body the gateway reads (413 above)")
     gateway_timeout_s: float = Field(
-        30.0, gt=0, description="How long the gateway waits for a worker (504 after)")
+        30.0, gt=0, description="How long the gateway waits for a worker (504 after; a "
+                                "store still queued then is answered 202 with its task id)")
     gateway_threads: int = Field(
         64, ge=1, le=1024, description="Requests the gateway waits on workers for at once")
+    gateway_header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="a connection that has not sent a whole request "
+                                        "head this long after it opened (or after the "
+                                        "first byte of its next request) is closed")
+    gateway_body_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="a request body that sends nothing for this long "
+                                        "is answered 408 and its connection closed")
+    gateway_keep_alive_s: int = Field(
+        5, ge=1, le=600, description="an idle kept-alive connection is closed after this "
+                                     "many seconds")
+    gateway_max_connections: int = Field(
+        2048, ge=1, le=1_000_000,
+        description="connections the gateway holds open at once; one more is answered 503 "
+                    "and closed at once (keep it below the process's open-file limit)")
 
     # --- schedule overrides: MEMORYD_SCHEDULE_<JOB> = a cron string, or "off" ------
     schedule: dict[str, str] = Field(

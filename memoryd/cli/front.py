@@ -31,6 +31,7 @@ def _gateway(args: argparse.Namespace) -> int:
     from memoryd.db.engine import get_engine
     from memoryd.db.migrate import upgrade
     from memoryd.gateway.app import create_app
+    from memoryd.gateway.connections import ConnectionLimits, guarded_protocol
 
     settings = get_settings()
     engine = get_engine()
@@ -38,9 +39,12 @@ def _gateway(args: argparse.Namespace) -> int:
         upgrade(engine)
     app = create_app(settings, engine)
     # log_config=None: uvicorn's records go through memoryd's logging (JSON off a TTY).
+    # The protocol closes connections that send their request too slowly, or too many.
     uvicorn.run(app, host=args.host or settings.gateway_host,
                 port=args.port or settings.gateway_port, log_config=None,
-                access_log=args.access_log, server_header=False)
+                access_log=args.access_log, server_header=False,
+                http=guarded_protocol(ConnectionLimits.of(settings)),
+                timeout_keep_alive=settings.gateway_keep_alive_s)
     return 0
 
 

@@ -24,7 +24,8 @@ from memoryd.client import MemoryClient
 from memoryd.config import Settings
 from memoryd.errors import MemorydError, ValidationError
 from memoryd.gateway import access, admin, mcp_tools, problems, routes, schema
-from memoryd.gateway.body_limit import BodyLimitMiddleware, BodyTooLarge
+from memoryd.gateway.accepted import AcceptedTasks
+from memoryd.gateway.body_limit import BodyLimitMiddleware, BodyTooLarge, RawTextMiddleware
 from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware
 
 READY_TIMEOUT_S = 2.0
@@ -36,6 +37,7 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
     else). ``client`` defaults to a ``MemoryClient`` that waits ``gateway_timeout_s``."""
     client = client or MemoryClient(settings=settings, timeout=settings.gateway_timeout_s)
     verifier = KeyVerifier(engine)
+    accepted = AcceptedTasks(settings)
     mcp = mcp_tools.build_server(client, mcp_tools.KeyBinding(verifier))
     mcp_http = mcp.streamable_http_app(
         streamable_http_path="/mcp", stateless_http=True, json_response=True,
@@ -48,13 +50,14 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
         async with mcp.session_manager.run():
             yield
         client.close()
+        accepted.close()
 
     app = FastAPI(title="memoryd", version="0.1.0", lifespan=lifespan,
                   description="Long-term memory for fleets of LLM agents. Every /v1 call "
                               "takes `Authorization: Bearer mdk_...`; a key reaches only "
                               "the agents its scope covers.")
     app.state.settings, app.state.client, app.state.verifier = settings, client, verifier
-    app.state.engine = engine
+    app.state.engine, app.state.accepted = engine, accepted
     app.include_router(routes.router)
     app.include_router(admin.router)
     _add_operational_routes(app)
@@ -65,6 +68,7 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
     metrics = GatewayMetrics()
     app.state.metrics = metrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.gateway_max_body_bytes)
+    app.add_middleware(RawTextMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics,
                        routes=[*routes.router.routes, *admin.router.routes, *app.router.routes])
     schema.install(app, [*routes.REQUEST_MODELS, *admin.REQUEST_MODELS])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -12,14 +11,19 @@ from memoryd import validation as check
 from memoryd.auth.scope import KeyScope
 from memoryd.client import MemoryClient
 from memoryd.config import Settings
-from memoryd.errors import ValidationError
 from memoryd.gateway import access
+from memoryd.gateway.accepted import AcceptedTasks
 
 # The dependencies are coroutines, so FastAPI runs them on the event loop: a plain
 # function would cost each request a hop to a worker thread and back.
 
 async def client(request: Request) -> MemoryClient:
     found: MemoryClient = request.app.state.client
+    return found
+
+
+async def accepted(request: Request) -> AcceptedTasks:
+    found: AcceptedTasks = request.app.state.accepted
     return found
 
 
@@ -45,15 +49,11 @@ async def json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
         return None
-    check.json_content_type(request.headers.get("content-type"))
-    check.json_text_depth("body", raw)
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise ValidationError("body", "is not valid JSON") from None
+    return check.json_body(raw, request.headers.get("content-type"))
 
 
 Client = Annotated[MemoryClient, Depends(client)]
+Accepted = Annotated[AcceptedTasks, Depends(accepted)]
 Key = Annotated[KeyScope, Depends(key_scope)]
 Config = Annotated[Settings, Depends(settings)]
 JsonBody = Annotated[Any, Depends(json_body)]

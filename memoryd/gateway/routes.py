@@ -7,15 +7,18 @@ gateway's thread pool while they wait on a worker."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from memoryd import validation as check
+from memoryd.client import Pending
 from memoryd.errors import NotFound, ValidationError
 from memoryd.gateway import access
-from memoryd.gateway.deps import Client, Config, JsonBody, Key
+from memoryd.gateway.accepted import TaskAccepted
+from memoryd.gateway.deps import Accepted, Client, Config, JsonBody, Key
 from memoryd.gateway.schema import request_body
 from memoryd.types import (
     Added,
@@ -39,26 +42,63 @@ REQUEST_MODELS: list[type[BaseModel]] = [StoreItem, StoreBatch, RecallRequest, C
                                          Entity]
 
 
+# Seconds a caller following an accepted store should wait between looks.
+FOLLOW_RETRY_AFTER_S = 1
+ACCEPTED: dict[int | str, dict[str, Any]] = {202: {
+    "model": TaskAccepted,
+    "description": "Queued, and no worker has written it within MEMORYD_GATEWAY_TIMEOUT_S: "
+                   "a worker will. Follow it at the Location given "
+                   "(/v1/agents/{agent}/tasks/{task_id})"}}
+
+
 @router.post("/memories", status_code=201, openapi_extra=request_body(StoreItem, StoreBatch),
              responses={200: {"description": "Nothing new: each item matched a memory "
-                                             "already stored (its id, duplicate true)"}},
+                                             "already stored (its id, duplicate true)"},
+                        **ACCEPTED},
              summary="Store one memory, or a batch as {\"items\": [...]}")
-def store(agent: str, key: Key, client: Client, config: Config, payload: JsonBody,
-          response: Response) -> StoreResult | list[StoreResult]:
+def store(agent: str, key: Key, client: Client, config: Config, accepted: Accepted,
+          payload: JsonBody, response: Response
+          ) -> StoreResult | list[StoreResult] | TaskAccepted:
     agent_id = access.authorize(key, agent, "write")
     if isinstance(payload, dict) and set(payload) == {"items"}:
-        results = client.store_many(agent_id, payload["items"])
-        assert isinstance(results, list)
-        response.status_code = created_status(*results)
-        return results
+        batch = client.store_many(agent_id, payload["items"], wait=False)
+        assert isinstance(batch, Pending)
+        results = accepted.wait_or_accept(batch, agent_id)
+        return answered(results, agent_id, response)
     if not isinstance(payload, dict):
         raise ValidationError("body", "must be a JSON object")
     item = check.store_item(payload, config.max_content_bytes)
-    result = client.store(agent_id, item.content,
-                          **item.model_dump(exclude_none=True, exclude={"content"}))
-    assert isinstance(result, StoreResult)
-    response.status_code = created_status(result)
-    return result
+    one = client.store(agent_id, item.content, wait=False,
+                       **item.model_dump(exclude_none=True, exclude={"content"}))
+    assert isinstance(one, Pending)
+    result = accepted.wait_or_accept(one, agent_id)
+    return answered(result, agent_id, response)
+
+
+@router.get("/tasks/{task_id}", responses={**ACCEPTED, 404: {
+                "description": "No store of this agent was accepted under this task id, "
+                               "or its outcome has expired"}},
+            summary="The outcome of a store answered 202: what the store would have "
+                    "answered, or 202 while it is pending")
+def follow(agent: str, task_id: str, key: Key, accepted: Accepted, response: Response
+           ) -> StoreResult | list[StoreResult] | TaskAccepted:
+    agent_id = access.authorize(key, agent, "write")
+    return answered(accepted.outcome(agent_id, task_id), agent_id, response)
+
+
+def answered(outcome: StoreResult | list[StoreResult] | TaskAccepted, agent_id: str,
+             response: Response) -> StoreResult | list[StoreResult] | TaskAccepted:
+    """``outcome`` with its status: 201 or 200 once written, 202 and where to follow it
+    while pending."""
+    if isinstance(outcome, TaskAccepted):
+        response.status_code = 202
+        response.headers["Location"] = (f"/v1/agents/{quote(agent_id, safe='/')}"
+                                        f"/tasks/{outcome.task_id}")
+        response.headers["Retry-After"] = str(FOLLOW_RETRY_AFTER_S)
+        return outcome
+    response.status_code = created_status(*(outcome if isinstance(outcome, list)
+                                            else [outcome]))
+    return outcome
 
 
 def created_status(*results: StoreResult) -> int:
@@ -125,7 +165,7 @@ def kg_query(agent: str, entity_id: str, key: Key, client: Client,
     agent_id = access.authorize(key, agent, "read")
     found = client.kg_query(agent_id, entity_id, depth)
     if not found:
-        raise NotFound(f"entity {entity_id!r} not found for this agent")
+        raise NotFound("no such entity for this agent")
     return found
 
 

@@ -374,7 +374,7 @@ def test_key_secrets_never_reach_the_gateway_log(
     http.get(f"/v1/agents/{agent_id}/sessions", headers=bearer(key))
     http.get(f"/v1/agents/{agent_id}/sessions", headers=bearer(key + "x"))
     log = gateway.log_text()
-    assert f"/v1/agents/{agent_id}/sessions" in log  # the access log is on
+    assert "GET /v1/agents/" in log  # the access log is on (it hides the agent)
     assert key not in log and key[4:] not in log
 
 

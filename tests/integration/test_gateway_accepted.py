@@ -1,0 +1,119 @@
+"""A store that outlives the gateway's wait: 202 and a task id, never 504, for a write
+that lands; the task followed to the stored memory, by a key of its agent only. A real
+gateway on a broker database no worker consumes, then a worker started on it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from memoryd.memory.store import MemoryStore
+from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.workers import WorkerProcess, redis_db_url
+
+pytestmark = pytest.mark.slow
+
+ACCEPTED_DB = 10  # the broker database no worker consumes until the test starts one
+LANDING_S = 300.0  # a worker starting (embedding model loaded) on a busy machine
+
+
+@pytest.fixture
+def unconsumed_gateway(service_env: dict[str, str], redis_url: str, store: MemoryStore,
+                       tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A gateway that waits 1 s for a worker, on a broker database none consumes yet."""
+    env = {**service_env, "MEMORYD_BROKER_URL": redis_db_url(redis_url, ACCEPTED_DB),
+           "MEMORYD_GATEWAY_TIMEOUT_S": "1"}
+    process = GatewayProcess(env, tmp_path / "gateway.log", None, "--no-migrate")
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+def _followed(http: httpx.Client, path: str, auth: dict[str, str]) -> httpx.Response:
+    """Follow ``path`` until it answers something else than 202."""
+    deadline = time.monotonic() + LANDING_S
+    while True:
+        answer = http.get(path, headers=auth)
+        if answer.status_code != 202 or time.monotonic() > deadline:
+            return answer
+        assert answer.json()["status"] == "pending"
+        time.sleep(float(answer.headers["retry-after"]))
+
+
+def _error(answer: httpx.Response, status: int, kind: str) -> dict[str, Any]:
+    assert answer.status_code == status, answer.text
+    error: dict[str, Any] = answer.json()["error"]
+    assert error["type"] == kind
+    return error
+
+
+def test_a_store_no_worker_takes_in_time_is_202_and_followed_to_the_memory_it_wrote(
+        unconsumed_gateway: GatewayProcess, store: MemoryStore, agent_id: str,
+        spawn_worker: Callable[..., WorkerProcess]) -> None:
+    auth = bearer(make_key(store, agents=(agent_id,)))
+    with httpx.Client(base_url=unconsumed_gateway.url, timeout=120) as http:
+        one = http.post(f"/v1/agents/{agent_id}/memories", headers=auth,
+                        json={"content": "The release train leaves on Thursdays."})
+        assert one.status_code == 202, one.text
+        task_id = one.json()["task_id"]
+        assert one.json() == {"task_id": task_id, "status": "pending"}
+        assert one.headers["location"] == f"/v1/agents/{agent_id}/tasks/{task_id}"
+        batch = http.post(f"/v1/agents/{agent_id}/memories", headers=auth, json={
+            "items": [{"content": "Staging is rebuilt nightly."},
+                      {"content": "The release train leaves on Thursdays."}]})
+        assert batch.status_code == 202, batch.text
+        pending = http.get(one.headers["location"], headers=auth)
+        assert pending.status_code == 202 and pending.json()["task_id"] == task_id
+
+        spawn_worker(ACCEPTED_DB, concurrency=1, queues="memory")
+        done = _followed(http, one.headers["location"], auth)
+        assert done.status_code == 201, done.text
+        assert done.json()["stored"] is True
+        both = _followed(http, batch.headers["location"], auth)
+        assert both.status_code == 201, both.text
+        assert [r["duplicate"] for r in both.json()] == [False, True]
+        assert both.json()[1]["id"] == done.json()["id"]
+        # Followed again, the same answer: the outcome stays until it expires.
+        assert http.get(one.headers["location"], headers=auth).json() == done.json()
+
+    with store.session() as session:
+        landed = dict(session.execute(text("SELECT id::text, content FROM memories "
+                                           "WHERE agent_id = :a"), {"a": agent_id}).all())
+    assert landed[done.json()["id"]] == "The release train leaves on Thursdays."
+    assert sorted(landed.values()) == ["Staging is rebuilt nightly.",
+                                       "The release train leaves on Thursdays."]
+
+
+def test_another_agents_key_cannot_follow_a_task(
+        unconsumed_gateway: GatewayProcess, store: MemoryStore, agent_id: str,
+        spawn_worker: Callable[..., WorkerProcess]) -> None:
+    auth = bearer(make_key(store, agents=(agent_id,)))
+    intruder = f"agent-{uuid.uuid4()}"
+    theirs = bearer(make_key(store, agents=(intruder,)))
+    with httpx.Client(base_url=unconsumed_gateway.url, timeout=120) as http:
+        made = http.post(f"/v1/agents/{agent_id}/memories", headers=auth,
+                         json={"content": "The vault code changes on Mondays."})
+        assert made.status_code == 202, made.text
+        task_id = made.json()["task_id"]
+        spawn_worker(ACCEPTED_DB, concurrency=1, queues="memory")
+        assert _followed(http, made.headers["location"], auth).status_code == 201
+
+        # Through its own agent the task is unknown; through the owner's, the key is refused.
+        unknown = http.get(f"/v1/agents/{intruder}/tasks/{task_id}", headers=theirs)
+        never = http.get(f"/v1/agents/{intruder}/tasks/{uuid.uuid4()}", headers=theirs)
+        assert _error(unknown, 404, "not_found") == _error(never, 404, "not_found")
+        _error(http.get(made.headers["location"], headers=theirs), 403, "forbidden")
+        # A read-only key of the agent did not write it and does not follow it either.
+        reader = bearer(make_key(store, agents=(agent_id,), read_only=True))
+        _error(http.get(made.headers["location"], headers=reader), 403, "forbidden")
+        bad = http.get(f"/v1/agents/{agent_id}/tasks/not-a-task", headers=auth)
+        assert _error(bad, 422, "validation_error")["field"] == "task_id"
