@@ -37,6 +37,7 @@ ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, bool]] = [
     ("POST", "/v1/agents/{a}/kg/entities", {"id": "{e}", "attributes": {"x": 1}}, True),
     ("GET", "/v1/agents/{a}/kg/entities/{e}", None, False),
     ("GET", "/v1/agents/{a}/sessions", None, False),
+    ("GET", "/v1/agents/{a}/tasks/{m}", None, True),  # following a store needs write
 ]
 
 
