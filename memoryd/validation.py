@@ -1,13 +1,16 @@
 """Boundary validation shared by the client (before enqueuing) and the store
-(before writing). Every failure raises ``ValidationError`` naming the field.
+(before writing). Every failure raises ``ValidationError`` naming the field, never
+quoting the value: messages reach error bodies, task events and logs, and a value is
+the caller's data (it may also be text no response can encode, a lone surrogate).
 No SQLAlchemy here: the thin client imports this module."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -36,6 +39,8 @@ MAX_ENTITY_ID_BYTES = 640  # kg_relations' key: agent, source, target and type t
 MAX_RELATION_TYPE_BYTES = 512
 # How deeply JSON values (metadata, attributes, job parameters, request bodies) nest.
 MAX_JSON_DEPTH = 32
+# A key an error may name as its field (``metadata.<key>``); a longer one is not shown.
+MAX_FIELD_NAME = 64
 # PostgreSQL's integer types: offsets and eviction numbers are bigint, limits int.
 MAX_BIGINT = 2**63 - 1
 MAX_INT = 2**31 - 1
@@ -54,11 +59,11 @@ def _no_control_chars(field: str, value: str) -> None:
 
 
 def _no_surrogates(field: str, value: str) -> None:
-    """PostgreSQL (and the tokenizer) only take valid UTF-8: no lone surrogates."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError(field, "contains a lone surrogate (not valid Unicode)") from None
+    """PostgreSQL (and the tokenizer) only take valid UTF-8: no lone surrogates, which
+    is also how bytes that were not UTF-8 arrive (a path, a command line argument)."""
+    if not _encodes(value):
+        raise ValidationError(field, "is not valid UTF-8 (it holds a lone surrogate or "
+                                     "bytes that are not UTF-8)")
 
 
 def _no_more_bytes(field: str, value: str, max_bytes: int) -> None:
@@ -117,14 +122,13 @@ def query(value: object) -> str:
 
 def limit(value: object, field: str = "limit", high: int = 1000) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise ValidationError(field, f"must be an integer from 1 to {high}, got {value!r}")
+        raise ValidationError(field, f"must be an integer from 1 to {high}")
     return value
 
 
 def offset(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BIGINT:
-        raise ValidationError("offset", f"must be an integer from 0 to {MAX_BIGINT}, "
-                                        f"got {value!r:.40}")
+        raise ValidationError("offset", f"must be an integer from 0 to {MAX_BIGINT}")
     return value
 
 
@@ -153,7 +157,7 @@ def category(value: object) -> str | None:
     if value is None:
         return None
     if value not in CATEGORIES:
-        raise ValidationError("category", f"unknown category {value!r}; one of {CATEGORIES}")
+        raise ValidationError("category", f"must be one of {', '.join(CATEGORIES)}")
     return str(value)
 
 
@@ -161,7 +165,7 @@ def role(value: object) -> str | None:
     if value is None:
         return None
     if value not in ROLES:
-        raise ValidationError("role", f"unknown role {value!r}; one of {ROLES}")
+        raise ValidationError("role", f"must be one of {', '.join(ROLES)}")
     return str(value)
 
 
@@ -169,7 +173,7 @@ def unit_interval(field: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ValidationError(field, f"must be a number from 0 to 1, got {value!r}")
+        raise ValidationError(field, "must be a number from 0 to 1")
     return float(value)
 
 
@@ -193,14 +197,7 @@ def metadata(value: object) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         raise ValidationError("metadata", "must be a JSON object")
     json_depth("metadata", value)
-    try:
-        text = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError("metadata", f"is not JSON-serializable: {exc}") from None
-    if "\\u0000" in text:  # json escapes control characters even without ensure_ascii
-        raise ValidationError("metadata", "contains a NUL character")
-    _no_surrogates("metadata", text)
-    loaded: dict[str, Any] = json.loads(text)
+    loaded: dict[str, Any] = json.loads(_jsonb_safe("metadata", value))
     return loaded
 
 
@@ -211,7 +208,7 @@ def timestamp(field: str, value: object) -> datetime | None:
         try:
             value = datetime.fromisoformat(value)
         except ValueError:
-            raise ValidationError(field, f"is not an ISO-8601 timestamp: {value!r}") from None
+            raise ValidationError(field, "is not an ISO-8601 timestamp") from None
     if not isinstance(value, datetime):
         raise ValidationError(field, "must be a datetime")
     if value.tzinfo is None:
@@ -242,11 +239,11 @@ def metadata_filter(value: object) -> dict[str, Any]:
                                           f"{MAX_METADATA_FILTERS}")
     for key, item in value.items():
         if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-            raise ValidationError("metadata", f"filter keys must be non-empty strings, "
-                                              f"got {key!r:.40}")
+            raise ValidationError("metadata", f"filter keys must be strings of 1 to "
+                                              f"{MAX_KEY} characters")
         if item is not None and not isinstance(item, str | int | float | bool):
-            raise ValidationError(f"metadata.{key}", "must be a string, number, boolean "
-                                                     "or null")
+            raise ValidationError(field_name("metadata", key),
+                                  "must be a string, number, boolean or null")
     _jsonb_safe("metadata", value)
     return dict(value)
 
@@ -256,7 +253,7 @@ LIST_ORDERS = ("newest", "key")
 
 def list_order(value: object) -> str:
     if value not in LIST_ORDERS:
-        raise ValidationError("order", f"must be one of {LIST_ORDERS}, got {value!r:.40}")
+        raise ValidationError("order", f"must be one of {', '.join(LIST_ORDERS)}")
     return str(value)
 
 
@@ -273,7 +270,8 @@ def store_item(raw: StoreItem | Mapping[str, Any], max_bytes: int) -> StoreItem:
     data = raw.model_dump() if isinstance(raw, StoreItem) else dict(raw)
     unknown = set(data) - set(StoreItem.model_fields)
     if unknown:
-        raise ValidationError(sorted(unknown)[0], "is not a store argument")
+        raise ValidationError(field_name("", sorted(unknown, key=str)[0]),
+                              "is not a store argument")
     return StoreItem(
         content=content(data.get("content"), max_bytes),
         role=role(data.get("role")),
@@ -331,7 +329,7 @@ def uuid_of(field: str, value: object) -> UUID:
             raise ValueError
         return UUID(str(value))
     except ValueError:
-        raise ValidationError(field, f"is not a UUID: {value!r}") from None
+        raise ValidationError(field, "is not a UUID") from None
 
 
 def memory_id(value: object) -> UUID:
@@ -340,7 +338,7 @@ def memory_id(value: object) -> UUID:
 
 def mode(value: object) -> str:
     if value not in RECALL_MODES:
-        raise ValidationError("mode", f"must be 'fast' or 'deep', got {value!r}")
+        raise ValidationError("mode", "must be 'fast' or 'deep'")
     return str(value)
 
 
@@ -354,7 +352,7 @@ def boolean(field: str, value: object) -> bool:
     """A real boolean: ``"false"`` or ``0`` from a hand-crafted message is refused, not
     read as truthy (a dry run must never turn into a real one)."""
     if not isinstance(value, bool):
-        raise ValidationError(field, f"must be true or false, got {value!r:.40}")
+        raise ValidationError(field, "must be true or false")
     return value
 
 
@@ -386,28 +384,104 @@ def _children(value: object) -> Iterable[object]:
     return ()
 
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def json_text_depth(field: str, raw: bytes, limit: int = MAX_JSON_DEPTH + 1) -> None:
+def json_text_depth(field: str, text: str, limit: int = MAX_JSON_DEPTH + 1) -> None:
     """Refuse a JSON document nested more than ``limit`` deep before it is parsed: the
-    parser itself recurses, and a body of a million brackets would exhaust it."""
+    parser itself recurses, and a body of a million brackets would exhaust it. The text
+    is decoded first: in another encoding's bytes, a character's half can pass for a
+    quote and hide the brackets that follow it."""
     depth = 0
-    for bracket in _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", raw)):
-        depth += 1 if bracket in b"[{" else -1
+    for bracket in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
         if depth > limit:
             raise ValidationError(field, f"is nested more than {limit} levels deep")
 
 
 def json_content_type(value: str | None) -> None:
     """A body's ``content-type`` must say JSON (``application/json``, or a
-    ``+json`` type), so a form or a text is never read as JSON by accident."""
-    media = (value or "").split(";", 1)[0].strip().lower()
+    ``+json`` type), so a form or a text is never read as JSON by accident; a
+    ``charset`` parameter, if any, must be UTF-8, JSON's only encoding (RFC 8259)."""
+    media, _, parameters = (value or "").partition(";")
+    media = media.strip().lower()
     if media != "application/json" and not (media.startswith("application/")
                                             and media.endswith("+json")):
-        raise UnsupportedMediaType("content-type", f"must be application/json, got "
-                                                   f"{media or 'none'!r:.60}")
+        raise UnsupportedMediaType("content-type", "must be application/json")
+    for parameter in parameters.split(";"):
+        name, _, given = parameter.partition("=")
+        if name.strip().lower() == "charset" and \
+                given.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise UnsupportedMediaType("content-type", "must have no charset but utf-8")
+
+
+def json_body(raw: bytes, content_type: str | None, field: str = "body") -> Any:
+    """A request body as JSON: said to be JSON, in UTF-8 (415 otherwise: UTF-16 and
+    UTF-32 are not guessed), nested at most ``MAX_JSON_DEPTH`` deep, each object's keys
+    distinct, and no NaN or Infinity (which JSON has not, and a number too large for a
+    float is). A UTF-8 byte order mark is ignored, as RFC 8259 allows."""
+    json_content_type(content_type)
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        text = "\x00"
+    if "\x00" in text:  # never in JSON, in UTF-16 or UTF-32 in every ASCII character
+        raise UnsupportedMediaType(field, "is not UTF-8; JSON bodies must be UTF-8")
+    json_text_depth(field, text)
+    try:
+        return json.loads(text, object_pairs_hook=_distinct_keys(field),
+                          parse_constant=_no_constant(field), parse_float=_finite(field))
+    except ValidationError:
+        raise
+    except (ValueError, RecursionError):  # RecursionError: the depth check's safety net
+        raise ValidationError(field, "is not valid JSON") from None
+
+
+def _distinct_keys(field: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """An object holding a key twice is refused: parsers disagree on which value wins."""
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found = dict(pairs)
+        if len(found) != len(pairs):
+            raise ValidationError(field, "has an object with the same key twice")
+        return found
+    return hook
+
+
+def _no_constant(field: str) -> Callable[[str], Any]:
+    def refuse(_constant: str) -> Any:
+        raise ValidationError(field, "holds NaN or Infinity, which JSON has not")
+    return refuse
+
+
+def _finite(field: str) -> Callable[[str], float]:
+    def parse(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):
+            raise ValidationError(field, "holds a number too large for a float")
+        return value
+    return parse
+
+
+def field_name(parent: str, key: object, unnamed: str = "body") -> str:
+    """The field a caller's key names below ``parent`` (``metadata.project``), or
+    ``parent`` (``unnamed`` at the top) when the key cannot be shown: not text, too
+    long, or holding a control character or a lone surrogate (no response could carry
+    the name)."""
+    ok = isinstance(key, str) and 0 < len(key) <= MAX_FIELD_NAME and key.isprintable() \
+        and _encodes(key)
+    if not ok:
+        return parent or unnamed
+    return f"{parent}.{key}" if parent else str(key)
+
+
+def _encodes(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def job_name(value: object) -> str:
@@ -416,7 +490,7 @@ def job_name(value: object) -> str:
     from memoryd.schedules.names import JOB_NAMES
 
     if value not in JOB_NAMES:
-        raise ValidationError("job", f"unknown job {value!r}; one of {list(JOB_NAMES)}")
+        raise ValidationError("job", f"must be one of {', '.join(JOB_NAMES)}")
     return str(value)
 
 
@@ -454,15 +528,20 @@ def _relations(relations: object) -> list[Relation]:
     return parsed
 
 
-def _jsonb_safe(field: str, value: Mapping[str, Any]) -> None:
-    """jsonb takes neither NaN, NUL nor lone surrogates."""
-    try:  # (UnicodeEncodeError is a ValueError)
+def _jsonb_safe(field: str, value: Mapping[str, Any]) -> str:
+    """``value`` as JSON text, which jsonb takes: neither NaN, NUL nor lone surrogates
+    (the messages name what is wrong, never the value)."""
+    try:
         encoded = json.dumps(dict(value), allow_nan=False, ensure_ascii=False)
-        encoded.encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(field, f"is not JSON-serializable: {exc}") from None
-    if "\\u0000" in encoded:
+    except TypeError:
+        raise ValidationError(field, "holds a value that is not JSON (JSON has objects, "
+                                     "arrays, strings, numbers, booleans and null)") from None
+    except ValueError:
+        raise ValidationError(field, "holds NaN or Infinity, or refers to itself") from None
+    _no_surrogates(field, encoded)
+    if "\\u0000" in encoded:  # json escapes control characters even without ensure_ascii
         raise ValidationError(field, "contains a NUL character")
+    return encoded
 
 
 def request(model: type[RequestT], payload: object, field: str = "body") -> RequestT:
@@ -472,13 +551,22 @@ def request(model: type[RequestT], payload: object, field: str = "body") -> Requ
         raise ValidationError(field, "must be a JSON object")
     unknown = set(payload) - set(model.model_fields)
     if unknown:
-        raise ValidationError(str(sorted(unknown, key=str)[0]), "is not a known field")
+        raise ValidationError(field_name("", sorted(unknown, key=str)[0]),
+                              "is not a known field")
     try:
         return model.model_validate(dict(payload), strict=True)
     except PydanticValidationError as exc:
-        first = exc.errors()[0]
-        raise ValidationError(".".join(str(p) for p in first["loc"]) or field,
-                              first["msg"]) from None
+        raise refusal(exc, field) from None
+
+
+def refusal(exc: PydanticValidationError, field: str = "body") -> ValidationError:
+    """pydantic's first error as memoryd's: its location and message, never its
+    ``input_value`` (the caller's value, which its text quotes)."""
+    first = exc.errors()[0]
+    where = ""
+    for part in first["loc"]:
+        where = f"{where}[{part}]" if isinstance(part, int) else field_name(where, part)
+    return ValidationError(where or field, first["msg"])
 
 
 MAX_SESSION_MESSAGES = 100_000

@@ -14,7 +14,7 @@ def register(commands: Any) -> None:
     store.add_argument("content")
     for flag in ("--role", "--session-id", "--key", "--category", "--source"):
         store.add_argument(flag)
-    store.add_argument("--importance", type=float)
+    store.add_argument("--importance", type=_number)
     store.add_argument("--tag", action="append", dest="tags", default=[])
     store.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
                        help="metadata KEY is VALUE (JSON, else a string); repeatable")
@@ -22,9 +22,10 @@ def register(commands: Any) -> None:
     recall = _add(commands, "recall", "recall memories relevant to a query", _recall)
     recall.add_argument("agent_id")
     recall.add_argument("query")
-    recall.add_argument("--limit", type=int, default=10)
+    recall.add_argument("--limit", type=_integer, default=10)
     recall.add_argument("--category")
-    recall.add_argument("--mode", choices=("fast", "deep"), default="fast")
+    # (checked by the client: argparse's choices would quote a wrong value back)
+    recall.add_argument("--mode", metavar="{fast,deep}", default="fast")
     _add_filters(recall)
 
     forget = _add(commands, "forget", "delete one memory", _forget)
@@ -34,14 +35,30 @@ def register(commands: Any) -> None:
     listing = _add(commands, "list", "list an agent's memories, newest first", _list)
     listing.add_argument("agent_id")
     listing.add_argument("--category")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--limit", type=_integer, default=50)
+    listing.add_argument("--offset", type=_integer, default=0)
     _add_filters(listing)
 
     context = _add(commands, "context", "print a prompt-ready memory block", _context)
     context.add_argument("agent_id")
     context.add_argument("query")
-    context.add_argument("--limit", type=int, default=10)
+    context.add_argument("--limit", type=_integer, default=10)
+
+
+# argparse's own refusal of a value quotes it back ("invalid int value: '...'"); these
+# say what is expected instead, as memoryd's other refusals do.
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be an integer") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number") from None
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +93,7 @@ def _when(value: str | None, field: str) -> str | None:
 def _add(commands: Any, name: str, help_text: str, handler: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(name, help=help_text)
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    parser.add_argument("--timeout", type=_number, default=30.0, help="seconds to wait")
     parser.set_defaults(handler=handler)
     return parser
 

@@ -8,21 +8,27 @@ with. Whatever a prompt-injected model puts in the arguments, it reaches only th
 
 Tools are thin: one ``MemoryClient`` call each, run in a worker thread so the event loop
 keeps serving other connections. Results are text an LLM reads plus structured content.
+A refused call says memoryd's type, field and message, never the caller's value: not in
+the tool's error (the SDK's own would quote pydantic's ``input_value``), nor in the
+SDK's log line of it.
 """
 # No `from __future__ import annotations`: the SDK reads these signatures at run time.
 
+import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Protocol, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
+from pydantic import ValidationError as PydanticValidationError
 
 from memoryd import validation as check
 from memoryd.auth.scope import Permission
 from memoryd.client import MemoryClient
+from memoryd.errors import ValidationError
 from memoryd.gateway import access, problems
 from memoryd.gateway.access import Verifier
 from memoryd.gateway.problems import UNREACHABLE
@@ -243,9 +249,59 @@ TOOLS: tuple[tuple[str, str, ToolAnnotations], ...] = (
 )
 
 
+TOOL_NAMES = frozenset(name for name, _, _ in TOOLS)
+
+
+class MemorydServer(MCPServer):
+    """The SDK's server, refusing in memoryd's words: a call to a tool that does not
+    exist, or with arguments of the wrong type, is a ``ValidationError`` naming the
+    argument (the SDK's text would repeat the tool's name or the value as sent)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None
+                        ) -> CallToolResult | InputRequiredResult:
+        if name not in TOOL_NAMES:
+            raise ToolError(problems.said(ValidationError(
+                "name", f"is not a tool; the tools are {', '.join(sorted(TOOL_NAMES))}")))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, PydanticValidationError):
+                # (caused by pydantic's error, so the SDK logs the field names only)
+                raise ToolError(problems.said(check.refusal(cause, "arguments"))) from cause
+            raise
+
+
+# The SDK's logger of tool calls, and its lines for a refused call: the tool's name as
+# the caller sent it (any text), and the error's text.
+SDK_LOGGER = "mcp.server.mcpserver.server"
+_REFUSED_CALL = "Tool %r failed: %r"
+
+
+class RefusedCallLines(logging.Filter):
+    """The SDK's line for a refused tool call without the caller's words: a name that is
+    not a tool's is hidden, and the error's text (the caller has it) left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == _REFUSED_CALL and isinstance(record.args, tuple) and record.args:
+            name = record.args[0]
+            record.msg = "Tool %r failed"
+            record.args = (name if name in TOOL_NAMES else "<not a tool>",)
+        return True
+
+
+def quiet_refused_calls() -> None:
+    """Install ``RefusedCallLines`` on the SDK's logger, once per process."""
+    logger = logging.getLogger(SDK_LOGGER)
+    if not any(isinstance(f, RefusedCallLines) for f in logger.filters):
+        logger.addFilter(RefusedCallLines())
+
+
 def build_server(client: MemoryClient, binding: Binding) -> MCPServer:
     """An MCP server whose tools act for the agent ``binding`` names."""
-    server: MCPServer = MCPServer("memoryd", instructions=INSTRUCTIONS, version="0.1.0")
+    quiet_refused_calls()
+    server = MemorydServer("memoryd", instructions=INSTRUCTIONS, version="0.1.0")
     tools = MemoryTools(client, binding)
     for name, description, annotations in TOOLS:
         server.add_tool(getattr(tools, name), name=name, description=description,

@@ -45,10 +45,17 @@ _STATUS: tuple[tuple[type[MemorydError], int, str], ...] = (
 
 
 def body(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"type": kind, "message": message}
+    error: dict[str, Any] = {"type": kind, "message": _encodable(message)}
     if field is not None:
-        error["field"] = field
+        error["field"] = _encodable(field)
     return {"error": error}
+
+
+def _encodable(text: str) -> str:
+    """``text`` with any lone surrogate as '?': a response must encode as UTF-8, or the
+    refusal itself would fail as a 500 (memoryd's messages quote no value, and no field
+    name that holds one, so this is the guard and not the rule)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def response(status: int, kind: str, message: str, field: str | None = None,
@@ -74,7 +81,7 @@ def said(exc: BaseException) -> str:
     status, kind, message, field = classify(exc)
     if status == 500:
         log.error("gateway.unhandled", error_type=type(exc).__name__, exc_info=exc)
-    return f"{kind}: {field}: {message}" if field else f"{kind}: {message}"
+    return _encodable(f"{kind}: {field}: {message}" if field else f"{kind}: {message}")
 
 
 # JSON-RPC's "invalid request": the error code of an MCP request refused before parsing.
@@ -85,9 +92,9 @@ def jsonrpc_error(exc: BaseException) -> JSONResponse:
     """A refusal as MCP clients read one: a JSON-RPC error object, with memoryd's type
     and field in ``data``."""
     status, kind, message, field = classify(exc)
-    data = {"type": kind, **({"field": field} if field else {})}
+    data = {"type": kind, **({"field": _encodable(field)} if field else {})}
     return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
-        "code": JSONRPC_INVALID_REQUEST, "message": message, "data": data}},
+        "code": JSONRPC_INVALID_REQUEST, "message": _encodable(message), "data": data}},
         status_code=status)
 
 

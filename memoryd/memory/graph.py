@@ -83,6 +83,6 @@ def query(session: Session, agent_id: str, start_id: str, depth: int) -> list[En
         WHERE agent_id = :a AND entity_id = ANY(:ids)
     """), {"a": agent_id, "ids": order})}
     if start_id not in found:
-        raise NotFound(f"entity {start_id!r} not found for this agent")
+        raise NotFound("no such entity for this agent")
     return [Entity(id=eid, type=found[eid].type, attributes=found[eid].attributes,
                    relations=edges.get(eid, [])) for eid in order if eid in found]

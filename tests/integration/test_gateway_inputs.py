@@ -136,6 +136,91 @@ def test_a_body_of_a_million_brackets_is_refused_before_it_is_parsed(
     _refused(answer, 422, "body")
 
 
+# U+2200 is 00 22 in UTF-16: a '"' byte that hid the brackets after it from a count of
+# the raw bytes, and the parser then recursed 100 000 deep (a 500).
+HIDDEN_BRACKETS = ('["\u2200", ' + "[" * 100_000 + "]" * 100_000 + ', "x"]').encode("utf-16")
+JSON = "application/json"
+
+
+@pytest.mark.parametrize(("body", "content_type", "field"), [
+    (HIDDEN_BRACKETS, JSON, "body"),
+    ('{"content": "A note."}'.encode("utf-16"), JSON, "body"),
+    ('{"content": "A note."}'.encode("utf-16-le"), JSON, "body"),
+    ('{"content": "A note."}'.encode("utf-32"), JSON, "body"),
+    ('{"content": "Caf\u00e9 note."}'.encode("latin-1"), JSON, "body"),
+    (b'{"content": "\xed\xa0\x80"}', JSON, "body"),
+    (b'{"content": "A note."}', "application/json; charset=utf-16", "content-type"),
+])
+def test_a_body_that_is_not_utf8_is_415_whatever_it_holds(
+        http: httpx.Client, seeded: dict[str, Any], body: bytes, content_type: str,
+        field: str) -> None:
+    for path in ("memories", "recall", "kg/entities"):
+        answer = http.post(f"/v1/agents/{seeded['agent']}/{path}", content=body,
+                           headers={**seeded["key"], "Content-Type": content_type})
+        _refused(answer, 415, field)
+        assert answer.json()["error"]["type"] == "unsupported_media_type"
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("memories", b'{"content": "A note.", "importance": NaN}', "body"),
+    ("memories", b'{"content": "A note.", "metadata": {"a": -Infinity}}', "body"),
+    ("memories", b'{"content": "A note.", "importance": 1e999}', "body"),
+    ("memories", b'{"content": "A note.", "content": "Another."}', "body"),
+    ("recall", b'{"query": "deploy", "limit": ' + b"9" * 5000 + b"}", "body"),
+    ("memories", b"\xef\xbb\xbf" + b"[" * 40 + b"]" * 40, "body"),
+    ("context", b'["deploy"]', "body"),
+    ("recall", b'"deploy"', "body"),
+    ("kg/entities", b"null", "entity"),
+    ("memories", b'{"content": "A note \\ud800."}', "content"),
+    ("memories", b'{"content": "A note.", "\\ud800": 1}', "body"),
+    ("recall", b'{"query": "deploy", "\\udfff": 1}', "body"),
+    ("memories", b'{"content": "A note.", "category": "\\ud800"}', "category"),
+    ("memories", b'{"content": "A note.", "created_at": "\\ud800"}', "created_at"),
+    ("memories", b'{"items": [{"content": "A note.", "role": "\\ud800"}]}', "items[0].role"),
+    ("recall", b'{"query": "deploy", "metadata": {"\\ud800": [1]}}', "metadata"),
+    ("recall", b'{"query": "deploy", "since": "\\ud800"}', "since"),
+    ("kg/entities", b'{"id": "bob", "attributes": {"\\ud800": 1}}', "entity.attributes"),
+])
+def test_a_hostile_body_is_a_4xx_naming_the_field(
+        http: httpx.Client, seeded: dict[str, Any], path: str, body: bytes,
+        field: str) -> None:
+    answer = http.post(f"/v1/agents/{seeded['agent']}/{path}", content=body,
+                       headers={**seeded["key"], "Content-Type": JSON})
+    _refused(answer, 422, field)
+    assert "ud800" not in answer.text and "udfff" not in answer.text
+
+
+@pytest.mark.parametrize(("method", "path", "field"), [
+    ("POST", "/v1/agents/%ED%A0%80/memories", "agent_id"),
+    ("GET", "/v1/agents/team%FF/memories", "agent_id"),
+    ("DELETE", "/v1/agents/%ED%A0%80", "agent_id"),
+    ("GET", "/v1/agents/{agent}/memories/%ED%A0%80", "memory_id"),
+    ("GET", "/v1/agents/{agent}/kg/entities/alice%FF", "start_id"),
+    ("GET", "/v1/agents/{agent}/memories?since=%ED%A0%80", "since"),
+    ("GET", "/v1/agents/{agent}/memories?category=%FF", "category"),
+    ("GET", "/v1/agents/{agent}/memories?%FF=1", "query"),
+    ("GET", "/v1/jobs/runs?job=%ED%A0%80", "job"),
+    ("POST", "/v1/evicted/%ED%A0%80/restore", "eviction_id"),
+])
+def test_a_path_or_query_that_is_not_utf8_is_refused_naming_the_parameter(
+        http: httpx.Client, store: MemoryStore, seeded: dict[str, Any], method: str,
+        path: str, field: str) -> None:
+    # Before: the server's replacement characters made '\ufffd\ufffd\ufffd' a new agent.
+    admin = bearer(make_key(store, prefixes=("",), admin=True))
+    answer = http.request(method, path.replace("{agent}", seeded["agent"]), headers=admin,
+                          json={"content": "A note."} if method == "POST" else None)
+    _refused(answer, 422, field)
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs/%FF/runs/", "/v1/agents/%ED%A0%80/memories/",
+                                  "/mcp/%FF", "/%FF"])
+def test_a_path_that_is_not_utf8_and_no_route_takes_is_no_500(
+        http: httpx.Client, store: MemoryStore, path: str) -> None:
+    admin = bearer(make_key(store, prefixes=("",), admin=True))
+    answer = http.get(path, headers=admin)
+    assert 300 <= answer.status_code < 500, answer.text
+
+
 @pytest.mark.parametrize("number", ["%C2%B2", "%D9%A3", "%EF%BC%91", "0",
                                     "99999999999999999999", "9" * 5000])
 def test_an_eviction_number_is_ascii_digits_within_range(

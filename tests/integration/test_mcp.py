@@ -132,3 +132,50 @@ def test_mcp_over_stdio_acts_for_the_commands_agent(
     outcome = run_stdio(agent_id, service_env, _remember_recall_forget)
     _check_session(outcome)
     assert store.list(agent_id).total == 0
+
+
+def test_a_refused_tool_call_names_the_argument_and_never_repeats_the_value(
+        gateway: GatewayProcess, store: MemoryStore, agent_id: str) -> None:
+    key = make_key(store, agents=(agent_id,))
+    secret = f"secret-{uuid.uuid4().hex}"
+    calls: list[tuple[str, dict[str, Any], str]] = [
+             ("recall", {"query": "x", "limit": secret}, "limit"),
+             ("remember", {"content": [secret]}, "content"),
+             ("kg_add", {"id": "x", "relations": [{"target": secret}]}, "relations[0].type"),
+             ("list_memories", {"category": secret}, "category"),
+             ("recall", {"query": "x", "mode": secret}, "mode"),
+             (secret, {}, "name")]
+
+    async def session(client: Client) -> list[Any]:
+        return [await client.call_tool(name, args) for name, args, _ in calls]
+
+    results = run_http(gateway.url, bearer(key), session)
+    for (name, _, field), result in zip(calls, results, strict=True):
+        said = result.content[0].text
+        assert result.is_error and f"validation_error: {field}: " in said, (name, said)
+        assert secret not in said and "input_value" not in said, (name, said)
+    assert secret not in gateway.log_text()  # nor in the SDK's line of the failure
+
+
+@pytest.mark.parametrize("body", [
+    '{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'.encode("utf-16"),
+    b"[" * 100_000,
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall", '
+    b'"arguments": {"query": "\\ud800"}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall", '
+    b'"arguments": {"query": "x", "limit": NaN}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall", '
+    b'"arguments": {"query": "x", "limit": 1e999}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "recall", '
+    b'"arguments": {"query": "x", "metadata": {"k": 1, "k": [2]}}}}',
+    b'\xed\xa0\x80', b"[]", b'"tools/list"',
+])
+def test_a_hostile_mcp_body_is_refused_never_a_500(
+        gateway: GatewayProcess, store: MemoryStore, agent_id: str, body: bytes) -> None:
+    headers = {**bearer(make_key(store, agents=(agent_id,))), "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    answer = httpx.post(f"{gateway.url}/mcp", content=body, headers=headers, timeout=60)
+    assert answer.status_code < 500, answer.text
+    if answer.status_code == 200:  # a tool call: refused as the tool's error, in words
+        assert answer.json()["result"]["isError"] is True, answer.text  # of memoryd's
+        assert "input_value" not in answer.text  # (pydantic's would quote the value)

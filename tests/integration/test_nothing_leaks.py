@@ -1,7 +1,9 @@
-"""Memory contents reach the caller and the database, nothing else: a real worker, gateway
-and Flower serve stores, recalls, lists, gets, context, graph queries and a write that
-PostgreSQL refuses with the row in its DETAIL; then every log, every file the run wrote,
-Flower's pages and the error bodies are searched for the content."""
+"""What a caller sends reaches the caller and the database, nothing else: a real worker,
+gateway and Flower serve stores, recalls, lists, gets, context, graph queries and a write
+that PostgreSQL refuses with the row in its DETAIL; every HTTP route, every MCP tool,
+the client commands of the CLI and a hand-crafted task get bad values holding the same
+string; then every log, every file the run wrote, Flower's pages, the error bodies, the
+MCP errors and the CLI's stderr are searched for it."""
 
 from __future__ import annotations
 
@@ -14,12 +16,21 @@ from typing import Any
 
 import httpx
 import pytest
+from celery import Celery
+from mcp import Client
 from sqlalchemy import text
 
+from memoryd.celery_config import MEMORY_QUEUE, celery_config
+from memoryd.config import get_settings
+from memoryd.errors import ValidationError
 from memoryd.memory.store import MemoryStore
+from memoryd.redaction import summarize
 from tests.integration.conftest import TEST_HOME
+from tests.support.canary import bad_cli_commands, bad_http_requests, bad_mcp_calls
+from tests.support.cli import memoryd
 from tests.support.flower import FlowerProcess
 from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.mcp_clients import TOOLS, run_http
 from tests.support.workers import WorkerProcess, memoryd_env, redis_db_url
 
 pytestmark = pytest.mark.slow
@@ -143,6 +154,62 @@ def _store_while_busy(http: httpx.Client, flower: FlowerProcess, lift: Callable[
         assert pending.result().status_code == 201
 
 
+def _refuse_over_http(gateway: GatewayProcess, agent: str, keys: dict[str, dict[str, str]],
+                      canary: str) -> list[httpx.Response]:
+    """Every HTTP route, with values holding ``canary`` that it refuses: each a 4xx."""
+    answers = []
+    with httpx.Client(base_url=gateway.url, timeout=120) as http:
+        for key, method, path, params, body in bad_http_requests(agent, canary):
+            answers.append(http.request(method, path, params=params, json=body,
+                                        headers=keys[key]))
+    assert all(400 <= a.status_code < 500 for a in answers), [
+        (a.request.url.path, a.status_code) for a in answers if not 400 <= a.status_code < 500]
+    return answers
+
+
+def _refuse_over_mcp(gateway: GatewayProcess, key: dict[str, str], canary: str) -> list[str]:
+    """Every MCP tool, with arguments of the wrong type and wrong values holding
+    ``canary``: the texts of the errors (each call is one)."""
+    calls = bad_mcp_calls(canary)
+    assert {name for name, _ in calls} >= TOOLS
+
+    async def session(client: Client) -> list[Any]:
+        return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    results = run_http(gateway.url, key, session)
+    assert all(r.is_error for r in results), [
+        (name, r.content) for (name, _), r in zip(calls, results, strict=True) if not r.is_error]
+    return [" ".join(getattr(part, "text", "") for part in r.content) for r in results]
+
+
+def _refuse_on_the_command_line(env: dict[str, str], agent: str, canary: str) -> list[str]:
+    """The client commands, with options holding ``canary`` that they refuse: stderr."""
+    said = []
+    for command in bad_cli_commands(agent, canary):
+        done = memoryd(env, *command, check=False)
+        assert done.returncode != 0 and done.stderr, (command, done.stdout)
+        said.append(done.stderr)
+    return said
+
+
+def _refuse_a_hand_crafted_task(worker: WorkerProcess, agent: str, canary: str) -> str:
+    """A message that skipped the client's checks: the worker refuses it by name. (It
+    carries a summary of its arguments for the task events, as memoryd's senders do:
+    Flower shows whatever a sender puts there.)"""
+    app = Celery("memoryd-canary", set_as_current=False)
+    app.conf.update(celery_config(get_settings(), broker_url=worker.broker_url))
+    kwargs = {"agent_id": agent, "query": "locker", "limit": 3, "since": canary}
+    try:
+        result = app.send_task("memoryd.recall", queue=MEMORY_QUEUE, kwargs=kwargs,
+                               argsrepr="()", kwargsrepr=summarize(kwargs))
+        refusal = result.get(timeout=120, propagate=False)
+        result.forget()
+    finally:
+        app.close()
+    assert isinstance(refusal, ValidationError) and refusal.field == "since", refusal
+    return str(refusal)
+
+
 def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
     tasks = flower.tasks()
     pages = [flower.get("/api/tasks"), flower.get("/tasks"), flower.get(
@@ -153,14 +220,16 @@ def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
     return pages
 
 
-def test_contents_reach_the_caller_and_the_database_and_nothing_else(
+def test_what_a_caller_sends_reaches_the_caller_and_the_database_and_nothing_else(
         stack: tuple[GatewayProcess, FlowerProcess, WorkerProcess], store: MemoryStore,
         refusing_check: None, busy_table: Callable[[], None], tmp_path: Path) -> None:
-    gateway, flower, _ = stack
+    gateway, flower, worker = stack
     canary = f"canary{uuid.uuid4().hex}"
     agent = f"agent-{uuid.uuid4()}"
+    keys = {"agent": bearer(make_key(store, agents=(agent,))),
+            "admin": bearer(make_key(store, prefixes=("",), admin=True))}
     http = httpx.Client(base_url=f"{gateway.url}/v1/agents/{agent}", timeout=120,
-                        headers=bearer(make_key(store, agents=(agent,))))
+                        headers=keys["agent"])
 
     # Flower sees the worker's events from when it connects: wait until it saw one.
     def flower_saw_a_task() -> bool:
@@ -168,6 +237,10 @@ def test_contents_reach_the_caller_and_the_database_and_nothing_else(
         return any(t.get("name") == "memoryd.sessions" for t in flower.tasks().values())
     _until(flower_saw_a_task, "flower to receive task events")
     memory_id, errors = _serve(http, canary)
+    errors += _refuse_over_http(gateway, agent, keys, canary)
+    said = _refuse_over_mcp(gateway, keys["agent"], canary)
+    said += _refuse_on_the_command_line(worker.env, agent, canary)
+    said.append(_refuse_a_hand_crafted_task(worker, agent, canary))
     _store_while_busy(http, flower, busy_table, canary)
     with store.session() as session:
         rows = session.execute(text("SELECT content FROM memories WHERE agent_id = :a"),
@@ -189,7 +262,9 @@ def test_contents_reach_the_caller_and_the_database_and_nothing_else(
     for process in stack:
         process.stop()
     leaks = [f"flower {page.url.path}" for page in pages if canary in page.text]
-    leaks += [f"error body {r.url.path}" for r in errors if canary in r.text]
+    leaks += [f"error body {r.request.method} {r.url.path}" for r in errors
+              if canary in r.text]
+    leaks += [f"refusal {text!r}" for text in said if canary in text]
     leaks += [str(path) for path in _written_files(TEST_HOME, tmp_path)
               if canary.encode() in path.read_bytes()]
     assert leaks == []

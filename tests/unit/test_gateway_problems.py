@@ -21,7 +21,7 @@ from memoryd.errors import (
     ValidationError,
     WorkerError,
 )
-from memoryd.gateway.problems import body, classify, from_exception
+from memoryd.gateway.problems import body, classify, from_exception, said
 from tests.support.canary import database_error
 
 
@@ -78,3 +78,14 @@ def test_a_500_body_gives_a_request_id_that_the_log_line_carries_and_no_cause(
     (line,) = [json.loads(text) for text in logged.splitlines() if "gateway.unhandled" in text]
     assert line["request_id"] == request_id.group(1)
     assert line["error"] == "IntegrityError: CheckViolation (SQLSTATE 23514)"
+
+
+@pytest.mark.parametrize("error", [ValidationError("\ud800", "is not a known field"),
+                                   ValidationError("query", "holds \udcff"),
+                                   NotFound("no \ud800 here")])
+def test_a_refusal_holding_a_lone_surrogate_is_still_its_4xx(error: Exception) -> None:
+    # A field name or message that cannot be encoded made the refusal itself a 500.
+    answer = from_exception(error)
+    assert 400 <= answer.status_code < 500
+    assert "?" in json.dumps(json.loads(answer.body)["error"])
+    assert said(error).encode("utf-8")

@@ -11,7 +11,7 @@ import pytest
 from memoryd import validation as check
 from memoryd.errors import UnsupportedMediaType, ValidationError
 from memoryd.schedules.names import JOB_NAMES
-from memoryd.types import Entity, StoreItem
+from memoryd.types import Entity, RecallRequest, StoreItem
 
 
 def _field(call: object) -> str:
@@ -183,10 +183,89 @@ def test_json_at_the_depth_limit_is_accepted_and_one_deeper_refused() -> None:
 
 def test_a_raw_body_nested_too_deep_is_refused_before_parsing() -> None:
     with pytest.raises(ValidationError) as caught:
-        check.json_text_depth("body", b"[" * 1_000_000)
+        check.json_text_depth("body", "[" * 1_000_000)
     assert caught.value.field == "body"
-    check.json_text_depth("body", b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\""}')
-    check.json_text_depth("body", b"[" * check.MAX_JSON_DEPTH + b"]" * check.MAX_JSON_DEPTH)
+    check.json_text_depth("body", '{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\""}')
+    check.json_text_depth("body", "[" * check.MAX_JSON_DEPTH + "]" * check.MAX_JSON_DEPTH)
+
+
+JSON = "application/json"
+# U+2200 is 00 22 in UTF-16-LE: a '"' byte that hid the brackets after it from a count
+# of the raw bytes, so the parser recursed 100 000 deep (RecursionError, a 500).
+HIDDEN_BRACKETS = ('["\u2200", ' + "[" * 100_000 + "]" * 100_000 + ', "x"]').encode("utf-16")
+
+
+@pytest.mark.parametrize("raw", [
+    HIDDEN_BRACKETS, '{"content": "hi"}'.encode("utf-16-le"), '{"content": "hi"}'.encode("utf-32"),
+    '{"content": "caf\u00e9"}'.encode("latin-1"), b'{"content": "\xed\xa0\x80"}'])
+def test_a_body_that_is_not_utf8_is_refused_as_unsupported(raw: bytes) -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        check.json_body(raw, JSON)
+    assert caught.value.field == "body"
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-16",
+                                          'application/json; charset="latin-1"'])
+def test_a_body_said_to_be_in_another_charset_is_refused(content_type: str) -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        check.json_body(b"{}", content_type)
+    assert caught.value.field == "content-type"
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"a": NaN}', b'{"a": -Infinity}', b'{"a": 1e999}', b'{"a": 1, "a": 2}',
+    b'{"a": {"b": 1, "b": 1}}', b'{"a": ' + b"9" * 5000 + b"}", b'{"a": 1} x', b"{",
+    b"[" * 40 + b"]" * 40, b'\xef\xbb\xbf\xef\xbb\xbf{}'])
+def test_a_body_json_cannot_hold_is_refused_naming_the_body(raw: bytes) -> None:
+    assert _field(lambda: check.json_body(raw, JSON)) == "body"
+
+
+def test_a_utf8_body_is_read_with_or_without_a_byte_order_mark() -> None:
+    text = '{"content": "caf\u00e9", "n": [1.5, 2]}'
+    expected = {"content": "caf\u00e9", "n": [1.5, 2]}
+    assert check.json_body(text.encode(), JSON) == expected
+    assert check.json_body(b"\xef\xbb\xbf" + text.encode(), "application/json; charset=UTF-8") \
+        == expected
+
+
+CANARY = "canary-7f3e"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: check.category(CANARY), lambda: check.role(CANARY), lambda: check.mode(CANARY),
+    lambda: check.limit(CANARY), lambda: check.offset(CANARY),
+    lambda: check.unit_interval("importance", CANARY), lambda: check.timestamp("since", CANARY),
+    lambda: check.memory_id(CANARY), lambda: check.restore_target(CANARY),
+    lambda: check.job_name(CANARY), lambda: check.boolean("dry_run", CANARY),
+    lambda: check.list_order(CANARY), lambda: check.json_content_type(CANARY),
+    lambda: check.metadata({"a": {1, 2}}), lambda: check.metadata({"a": float("nan")}),
+    lambda: check.metadata_filter({CANARY * 200: 1}),
+    lambda: check.json_object("params", {"a": CANARY + "\ud800"}),
+    lambda: check.entity({"id": "x", "attributes": {"a": float("inf"), "b": CANARY}}),
+])
+def test_a_refusal_never_quotes_the_value(call: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        call()  # type: ignore[operator]
+    assert CANARY not in str(caught.value) and "ud800" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("key", "field"), [
+    ("project", "metadata.project"), ("\ud800", "metadata"), ("a\nb", "metadata"),
+    ("k" * (check.MAX_FIELD_NAME + 1), "metadata")])
+def test_a_key_is_named_as_a_field_only_when_it_can_be_shown(key: str, field: str) -> None:
+    assert _field(lambda: check.metadata_filter({key: [1]})) == field
+
+
+@pytest.mark.parametrize("key", ["\ud800", "x" * 100, "a\x00"])
+def test_an_unknown_field_that_cannot_be_shown_is_named_body(key: str) -> None:
+    assert _field(lambda: check.store_item({"content": "x", key: 1}, 100)) == "body"
+    assert _field(lambda: check.request(RecallRequest, {"query": "x", key: 1})) == "body"
+
+
+def test_a_pydantic_refusal_names_the_field_without_the_input() -> None:
+    with pytest.raises(ValidationError) as caught:
+        check.request(RecallRequest, {"query": "x", "tags": ["a", [CANARY]]})
+    assert caught.value.field == "tags[1]" and CANARY not in str(caught.value)
 
 
 @pytest.mark.parametrize("value", [-1, 2**63, 99999999999999999999, True, "3", 1.0])

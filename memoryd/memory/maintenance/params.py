@@ -22,15 +22,14 @@ def number(name: str, value: object, low: float, high: float | None = None) -> f
             and math.isfinite(value) and value >= low and (high is None or value <= high):
         return float(value)
     bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
-    raise ValidationError(name, f"must be a number {bounds}, got {value!r}")
+    raise ValidationError(name, f"must be a number {bounds}")
 
 
 def integer(name: str, value: object, low: int = 1, high: int = check.MAX_INT) -> int:
     """An integer job parameter in [low, high] (by default within PostgreSQL's
     integer); booleans are rejected."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValidationError(name, f"must be an integer in [{low}, {high}], "
-                                    f"got {value!r:.40}")
+        raise ValidationError(name, f"must be an integer in [{low}, {high}]")
     return value
 
 
