@@ -308,8 +308,11 @@ class MemoryClient:
         """Erase everything memoryd holds of the agent: memories, sessions, graph, links,
         evicted copies, dead letters, its keys (README "Erasure"). ``complete`` False:
         the time budget ran out and a follow-up goes on; calling again is safe."""
-        return self._send("memoryd.admin.forget_agent", {"agent_id": check.agent_id(agent_id)},
-                          Erasure.model_validate, wait=wait, timeout=timeout)
+        agent = check.agent_id(agent_id)
+        # The worker's result names the agent by its hash (Redis keeps it): the id back.
+        return self._send("memoryd.admin.forget_agent", {"agent_id": agent},
+                          lambda found: Erasure.model_validate({**found, "agent_id": agent}),
+                          wait=wait, timeout=timeout)
 
     # --- asyncio ------------------------------------------------------------------
     async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:

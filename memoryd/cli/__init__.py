@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -14,7 +16,7 @@ from memoryd.redaction import describe_error, format_error, scrub
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memoryd.cli import client_cmds, dlq, evicted, front, keys, ops, portable, services
+    from memoryd.cli import client_cmds, dlq, evicted, front, keys, ops, portable, rename, services
 
     parser = argparse.ArgumentParser(
         prog="memoryd", description="Long-term memory for fleets of LLM agents.")
@@ -29,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.register(commands)
     dlq.register(commands)
     portable.register(commands)
+    rename.register(commands)
     front.register(commands)
     return parser
 
@@ -36,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands that keep running and report as they go; the others print their result and,
 # unless something is wrong, nothing else.
 SERVICES = frozenset({"up", "worker", "beat", "run", "gateway", "mcp"})
+# The exit status of a command whose reader went away (``memoryd jobs list | head -2``):
+# the shell's for a process ended by SIGPIPE, as ``yes | head`` gives.
+CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 def _unreachable() -> tuple[type[BaseException], ...]:
@@ -51,6 +57,33 @@ def _unreachable() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A reader that stops reading early ends it quietly, as SIGPIPE
+    ends a Unix tool (Python's recipe: SIGPIPE itself stays ignored, or a closed socket
+    would kill the process)."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # a pipe closed early shows here, and not at exit
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # Nothing more reaches the reader: the interpreter's flush at exit must not try.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
+    return code
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe nobody reads any more (Linux reports POLLERR
+    on its writing end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no file descriptor: not a pipe of ours
+        return False
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.log_level is None:
@@ -66,6 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         get_settings()  # fail loudly on a bad configuration, before anything starts
         result: int = args.handler(args)
+    except BrokenPipeError:
+        if _stdout_closed():  # the reader left: not the broker's or database's connection
+            raise
+        print("memoryd: error: Unavailable: Broken pipe", file=sys.stderr)
+        return 3
     except NoBrokerConfigured as exc:  # nothing to reach, like a broker that is down
         print(f"memoryd: error: {describe_error(exc)}", file=sys.stderr)
         return 3

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,31 @@ log = structlog.get_logger(__name__)
 STOP_GRACE_S = 60.0
 RESTART_PAUSE_S = (1.0, 30.0)  # first pause, longest pause, between restarts of a node
 STABLE_AFTER_S = 30.0  # a node that ran this long before dying restarts after the first pause
+# ``memoryd up`` stops when one of its children dies this often within this many seconds:
+# restarting it again would not help (a broken configuration, a port taken for good).
+CRASH_LOOP = (5, 60.0)
+
+
+@dataclass
+class Restarts:
+    """When a child that died starts again: after a pause that doubles while it keeps
+    dying soon after it started, back to the first once it ran ``STABLE_AFTER_S``."""
+
+    pause: float = RESTART_PAUSE_S[0]
+    deaths: deque[float] = field(default_factory=lambda: deque(maxlen=CRASH_LOOP[0]))
+
+    def died(self, lived: float, now: float) -> float:
+        """Record a death after ``lived`` seconds of running; the pause before the next
+        start."""
+        self.deaths.append(now)
+        self.pause = (RESTART_PAUSE_S[0] if lived >= STABLE_AFTER_S
+                      else min(self.pause * 2, RESTART_PAUSE_S[1]))
+        return self.pause
+
+    def looping(self) -> bool:
+        """Whether the last ``CRASH_LOOP[0]`` deaths all came within ``CRASH_LOOP[1]`` s."""
+        count, window = CRASH_LOOP
+        return len(self.deaths) == count and self.deaths[-1] - self.deaths[0] <= window
 
 
 @dataclass(frozen=True)
@@ -98,7 +124,7 @@ class _Running:
     command: list[str]
     proc: subprocess.Popen[bytes]
     started: float = field(default_factory=time.monotonic)
-    pause: float = RESTART_PAUSE_S[0]
+    restarts: Restarts = field(default_factory=Restarts)
     restart_at: float | None = None
 
 
@@ -135,12 +161,10 @@ class NodeGroup:
         code = node.proc.poll()
         if code is None:
             return
-        lived = now - node.started
-        node.pause = (RESTART_PAUSE_S[0] if lived >= STABLE_AFTER_S
-                      else min(node.pause * 2, RESTART_PAUSE_S[1]))
-        node.restart_at = now + node.pause
+        pause = node.restarts.died(now - node.started, now)
+        node.restart_at = now + pause
         log.warning("worker.node_exited", pid=node.proc.pid, code=code,
-                    restart_in_s=round(node.pause, 1))
+                    restart_in_s=round(pause, 1))
 
     def _stop_all(self) -> None:
         alive = [n.proc for n in self._running if n.proc.poll() is None]

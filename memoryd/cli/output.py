@@ -17,7 +17,7 @@ def key_values(pairs: list[str], field: str) -> dict[str, Any]:
     for pair in pairs:
         name, sep, raw = pair.partition("=")
         if not sep or not name:
-            raise ValidationError(field, f"expected NAME=VALUE, got {pair!r}")
+            raise ValidationError(field, "expected NAME=VALUE")
         try:
             found[name] = json.loads(raw)
         except ValueError:

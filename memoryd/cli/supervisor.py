@@ -5,10 +5,18 @@ embedded PostgreSQL and an embedded Redis on 127.0.0.1. Then migrates and runs
 the memory worker, the maintenance worker, beat and Flower (behind a login) as child
 processes, and stops all of it on Ctrl-C (or SIGTERM). One stack per data directory:
 a second start there is refused before it starts anything.
+
+Once up, it keeps the stack up: a child or embedded server that dies is started again
+after a pause that grows while it keeps dying (``memoryd.cli.nodes.Restarts``), on the
+same port, so that clients and the other children reconnect to it by themselves. Only
+a signal, or one of them dying ``CRASH_LOOP[0]`` times within ``CRASH_LOOP[1]`` seconds,
+stops everything, naming it and how it ended.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shlex
@@ -18,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,9 +34,11 @@ from typing import TYPE_CHECKING
 import structlog
 
 from memoryd.cli import flower_login, stack_dir
+from memoryd.cli.nodes import CRASH_LOOP, Restarts
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
     SERVICE_USER,
+    check_reachable,
     hand_over,
     hand_over_parents,
     hand_over_tree,
@@ -52,6 +63,22 @@ STOP_GRACE_S = 30.0
 # How long the workers and the gateway may take to answer after they started (a first
 # start derives the embedding model; a busy machine is slower): then the stack stops.
 READY_WAIT_S = 300.0
+# What a child left behind when it died (a worker's pool or consumer processes) gets this
+# long after SIGTERM before the child starts again.
+LEFTOVER_GRACE_S = 10.0
+
+
+@dataclass
+class _Watched:
+    """One thing ``memoryd up`` keeps running: how to start it again, and how it ended
+    (None while it runs)."""
+
+    start: Callable[[], object]
+    ended: Callable[[], str | None]
+    started: float = field(default_factory=time.monotonic)
+    restart_at: float | None = None
+    leftovers_until: float = 0.0  # how long its leftovers may take to exit
+    restarts: Restarts = field(default_factory=Restarts)
 
 
 @dataclass
@@ -65,6 +92,10 @@ class Stack:
     _postgres: EmbeddedPostgres | None = None
     _redis: EmbeddedRedis | None = None
     _run_as: dict[str, object] = field(default_factory=dict)  # as root: the service user
+    _env: dict[str, str] = field(default_factory=dict)  # the children's, for restarts
+    _flower_auth: str | None = None
+    _watched: dict[str, _Watched] = field(default_factory=dict)
+    _urls: tuple[str, str] = ("", "")  # database, broker: for runtime.json's rewrites
 
     def run(self) -> int:
         settings = get_settings()
@@ -73,6 +104,8 @@ class Stack:
         # below.
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.default_int_handler)
+        if running_as_root():  # before anything changes: nothing to undo
+            check_reachable(settings.data_dir, service_user())
         # Held before anything starts: a second stack on this directory is refused
         # without touching this one's services or runtime.json.
         with stack_dir.hold(settings, "up"):
@@ -89,11 +122,14 @@ class Stack:
                 self._migrate(env)
                 admin_key = self._admin_key(database_url) if self.gateway_port else None
                 login = flower_login.ensure(settings.data_dir) if self.flower_port else None
-                self._start_children(env, login[0] if login else None)
-                self._write_runtime(runtime, database_url, broker_url)
+                self._env, self._flower_auth = env, login[0] if login else None
+                self._start_children()
+                self._urls = (database_url, broker_url)
+                self._write_runtime()
                 self._await_ready(broker_url)
                 self._stop_on_signals()  # before the banner: who reads it may stop us at once
                 self._announce(database_url, broker_url, admin_key, login)
+                self._watch()
                 self._wait()
             finally:
                 self._stop_children()
@@ -189,21 +225,28 @@ class Stack:
             commands["gateway"] = [*py, "gateway", "--no-migrate", "--port",
                                    str(self.gateway_port)]
         if self.flower_port:
-            commands["flower"] = [sys.executable, "-m", "celery", "-A", "memoryd.worker",
-                                  "--quiet", "flower", "--address=127.0.0.1",
-                                  f"--port={self.flower_port}", "--logging=error"]
+            # Flower as a monitor only, behind its login (memoryd.cli.flower_monitor).
+            commands["flower"] = [sys.executable, "-m", "memoryd.cli.flower_monitor",
+                                  "--address=127.0.0.1", f"--port={self.flower_port}",
+                                  "--logging=error"]
         return commands
 
-    def _start_children(self, env: dict[str, str], flower_auth: str | None) -> None:
+    def _start_children(self) -> None:
+        for name in self._commands():
+            self._spawn(name)
+            log.info("up.started", process=name, pid=self.children[name].pid)
+
+    def _spawn(self, name: str) -> None:
         # Each in a process group of its own: Ctrl-C and a closing terminal signal this
         # process alone, which stops the children with SIGTERM, Celery's warm shutdown
-        # (a worker off a terminal would take SIGHUP as an order to restart itself).
-        for name, command in self._commands().items():
-            own = ({**env, flower_login.ENV_NAME: flower_auth}
-                   if name == "flower" and flower_auth else env)
-            self.children[name] = subprocess.Popen(  # type: ignore[call-overload]
-                command, env=own, stdin=subprocess.DEVNULL, process_group=0, **self._run_as)
-            log.info("up.started", process=name, pid=self.children[name].pid)
+        # (a worker off a terminal would take SIGHUP as an order to restart itself); and
+        # what a child that died left behind is found by its group.
+        env = self._env
+        if name == "flower" and self._flower_auth:
+            env = {**env, flower_login.ENV_NAME: self._flower_auth}
+        self.children[name] = subprocess.Popen(  # type: ignore[call-overload]
+            self._commands()[name], env=env, stdin=subprocess.DEVNULL, process_group=0,
+            **self._run_as)
 
     def _await_ready(self, broker_url: str) -> None:
         """Return once every worker started here answers over the broker and the
@@ -254,14 +297,27 @@ class Stack:
         except (urllib.error.URLError, OSError):  # not listening yet, or 503
             return False
 
-    def _write_runtime(self, path: Path, database_url: str, broker_url: str) -> None:
-        # Private: the URLs carry the services' passwords.
-        write_private(path, json.dumps({
+    def _write_runtime(self) -> None:
+        """runtime.json, rewritten whenever a child starts again (its pid changes; its
+        URLs do not). Private: the URLs carry the services' passwords."""
+        database_url, broker_url = self._urls
+        write_private(get_settings().runtime_file(), json.dumps({
             "pid": os.getpid(), "database_url": database_url, "broker_url": broker_url,
             "flower_url": f"http://127.0.0.1:{self.flower_port}" if self.flower_port else None,
             "gateway_url": self._gateway_url(),
             "children": {name: proc.pid for name, proc in self.children.items()},
+            "servers": self._server_pids(),
         }, indent=2))
+
+    def _server_pids(self) -> dict[str, int | None]:
+        """The embedded servers' pids (what is configured rather than embedded is not
+        memoryd's to watch)."""
+        found: dict[str, int | None] = {}
+        if self._redis is not None:
+            found["redis"] = self._redis.pid
+        if self._postgres is not None:
+            found["postgres"] = self._postgres.server_pid()
+        return found
 
     def _gateway_url(self) -> str | None:
         host = get_settings().gateway_host
@@ -309,8 +365,84 @@ class Stack:
             signal.signal(sig, lambda *_: self._stop.set())
 
     def _wait(self) -> None:
-        while not self._stop.wait(1.0):
-            self._check_children()
+        while not self._stop.wait(0.5):
+            self._supervise()
+
+    def _watch(self) -> None:
+        """What ``_supervise`` keeps running: every child, and the embedded servers."""
+        for name in self.children:
+            self._watched[name] = _Watched(functools.partial(self._spawn, name),
+                                           functools.partial(self._child_ended, name))
+        if self._redis is not None:
+            redis = self._redis
+            self._watched["redis"] = _Watched(redis.start, lambda: _how(redis.exit_status()))
+        if self._postgres is not None:
+            postgres = self._postgres
+            gone = f"is gone (its log: {postgres.log_file})"  # not our child: no status
+            self._watched["postgres"] = _Watched(
+                postgres.start_again, lambda: None if postgres.server_pid() else gone)
+
+    def _child_ended(self, name: str) -> str | None:
+        return _how(self.children[name].poll())
+
+    def _supervise(self) -> None:
+        """Start again what died once its pause is over; note what died since."""
+        for name, watched in self._watched.items():
+            if watched.restart_at is None:
+                how = watched.ended()
+                if how is not None:
+                    self._died(name, watched, how)
+            elif time.monotonic() >= watched.restart_at and self._leftovers_gone(name, watched):
+                self._restart(name, watched)
+
+    def _died(self, name: str, watched: _Watched, how: str) -> None:
+        now = time.monotonic()
+        pause = watched.restarts.died(now - watched.started, now)
+        if watched.restarts.looping():
+            count, window = CRASH_LOOP
+            log.error("up.crash_loop", process=name, how=how, deaths=count, within_s=window)
+            raise EmbeddedServiceError(f"{name} {how}, its {count}th exit within "
+                                       f"{window:.0f} s; stopping memoryd")
+        log.warning("up.exited", process=name, how=how, restart_in_s=round(pause, 1))
+        self._end_leftovers(name, signal.SIGTERM)  # warm shutdown: finish current tasks
+        watched.restart_at, watched.leftovers_until = now + pause, now + LEFTOVER_GRACE_S
+
+    def _restart(self, name: str, watched: _Watched) -> None:
+        self._end_leftovers(name, signal.SIGKILL)
+        watched.restart_at, watched.started = None, time.monotonic()
+        try:
+            watched.start()
+        except EmbeddedServiceError as exc:  # a server that could not start yet
+            self._died(name, watched, f"did not start again: {exc}")
+            return
+        log.info("up.restarted", process=name, **self._pids_of(name))
+        self._write_runtime()
+
+    def _end_leftovers(self, name: str, sig: signal.Signals) -> None:
+        """Signal what a dead child left in its process group (a worker's pool or
+        consumer processes), so that no two copies of a node run at once. The group is
+        gone once they all exited."""
+        proc = self.children.get(name)
+        if proc is not None and proc.returncode is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+
+    def _leftovers_gone(self, name: str, watched: _Watched) -> bool:
+        """Whether what a dead child left behind has exited, or had its time to (then it
+        is killed as the child starts again)."""
+        proc = self.children.get(name)
+        if proc is None or time.monotonic() >= watched.leftovers_until:
+            return True
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return True
+        return False
+
+    def _pids_of(self, name: str) -> dict[str, int | None]:
+        if name in self.children:
+            return {"pid": self.children[name].pid}
+        return {"pid": self._server_pids().get(name)}
 
     def _check_children(self) -> None:
         dead = [name for name, proc in self.children.items() if proc.poll() is not None]
@@ -318,9 +450,11 @@ class Stack:
             raise EmbeddedServiceError(f"{', '.join(dead)} exited; stopping memoryd")
 
     def _stop_children(self) -> None:
-        for proc in self.children.values():
+        for name, proc in self.children.items():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # Celery: warm shutdown, finish current tasks
+            else:
+                self._end_leftovers(name, signal.SIGTERM)  # of one that waits for a restart
         deadline = time.monotonic() + STOP_GRACE_S
         for name, proc in self.children.items():
             try:
@@ -330,6 +464,18 @@ class Stack:
                 proc.kill()
                 proc.wait()
         self.children.clear()
+
+
+def _how(code: int | None) -> str | None:
+    """How a child ended, in words, from its exit status (None: it runs)."""
+    if code is None:
+        return None
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
 
 
 def _answers(pid: int, answered: set[object]) -> bool:

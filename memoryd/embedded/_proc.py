@@ -65,10 +65,42 @@ def service_user() -> pwd.struct_passwd:
 
 def hand_over(path: Path, user: pwd.struct_passwd) -> None:
     """Give ``path`` to ``user``, closed to everyone else (0700, 0600), and let the user
-    reach it: a parent it cannot enter gets o+x (enter, not list)."""
+    reach it: a parent it cannot enter gets o+x (enter, not list). memoryd's commands
+    check their data directory first (``check_reachable``), so this opens nothing above
+    it; a program that gives an embedded server a directory of its own opens that
+    directory's parents."""
     os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
     close(path)
     hand_over_parents(path, user)
+
+
+def check_reachable(path: Path, user: pwd.struct_passwd) -> None:
+    """Raise ``EmbeddedServiceError`` naming the first directory above the data directory
+    ``path`` that ``user`` may not enter. memoryd never opens one itself: o+x on a home
+    directory (or any other) lets every local user through it, not only the service
+    user."""
+    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
+    for parent in reversed(path.absolute().parents):
+        if not parent.exists():  # memoryd makes it, and the ones below, for the data
+            return
+        if not _may_enter(parent.stat(), user.pw_uid, groups):
+            raise EmbeddedServiceError(
+                f"run as root, memoryd runs its servers and workers as the {user.pw_name!r} "
+                f"user, which may not enter {parent} (above {path}), and memoryd never "
+                f"changes the permissions of the directories above its data directory: "
+                f"set MEMORYD_DATA_DIR to a directory that user can reach (such as "
+                f"/var/lib/memoryd), or let it through yourself (chmod o+x {parent}, or "
+                f"setfacl -m u:{user.pw_name}:x {parent})")
+
+
+def _may_enter(info: os.stat_result, uid: int, groups: set[int]) -> bool:
+    """Whether a user may search a directory, by its mode bits as the kernel reads them:
+    the owner's bits for its owner, the group's for its group, the others' for the rest."""
+    if info.st_uid == uid:
+        return bool(info.st_mode & stat.S_IXUSR)
+    if info.st_gid in groups:
+        return bool(info.st_mode & stat.S_IXGRP)
+    return bool(info.st_mode & stat.S_IXOTH)
 
 
 def hand_over_tree(root: Path, user: pwd.struct_passwd) -> None:

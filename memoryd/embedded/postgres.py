@@ -36,6 +36,7 @@ import structlog
 
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
+    check_reachable,
     ensure_readable_tree,
     file_lock,
     free_port,
@@ -102,7 +103,11 @@ class EmbeddedPostgres:
 
     @classmethod
     def from_settings(cls) -> EmbeddedPostgres:
+        """The server of the settings' data directory. As root, the service user that
+        runs it must reach that directory already: memoryd opens nothing above it."""
         settings = get_settings()
+        if running_as_root():
+            check_reachable(settings.data_dir, service_user())
         return cls(settings.data_dir / "postgres", settings.embedded_pg_port)
 
     # --- public -------------------------------------------------------------
@@ -193,6 +198,26 @@ class EmbeddedPostgres:
     def is_running(self) -> bool:
         result = self._pg_ctl("status", check=False)
         return result.returncode == 0
+
+    def server_pid(self) -> int | None:
+        """The postmaster's pid while it runs (from its pid file, without a ``pg_ctl``
+        process: a supervisor asks every second); None once it is gone."""
+        import psutil
+
+        try:
+            pid = int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except (OSError, ValueError, psutil.Error):  # no file, or a pid nobody has
+            return None
+        return pid if alive else None
+
+    def start_again(self) -> None:
+        """Start the server on its port if it is not running (it died, or was stopped):
+        ``memoryd up`` keeps it up. A server killed without a shutdown recovers from its
+        write-ahead log as it starts."""
+        with file_lock(self.data_dir / ".lock"):
+            if not self.is_running():
+                self._start()
 
     def stop(self) -> None:
         if self.is_running():

@@ -33,6 +33,7 @@ from memoryd.private_files import (
     open_private,
     private_dir,
     read_or_create_secret,
+    write_private,
 )
 
 log = structlog.get_logger(__name__)
@@ -58,8 +59,30 @@ class EmbeddedRedis:
 
     def __init__(self, data_dir: Path, port: int | None = None) -> None:
         self.data_dir = Path(data_dir)
-        self.port = port or free_port()
+        self._configured_port = port
+        # The port of the last start, kept beside the append-only files: clients made
+        # before a restart (and runtime.json) keep reaching the server.
+        self.port = port or self._remembered_port() or free_port()
         self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def port_file(self) -> Path:
+        return self.data_dir / "port"
+
+    def _remembered_port(self) -> int | None:
+        try:
+            return int(self.port_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def exit_status(self) -> int | None:
+        """The server's exit status once it exited (negative: the signal that ended it);
+        None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
 
     @property
     def password_file(self) -> Path:
@@ -79,7 +102,9 @@ class EmbeddedRedis:
         private_dir(self.data_dir)
         close_tree(self.data_dir)  # files an older version left open to all
         if port_open(self.port):
-            raise EmbeddedServiceError(f"port {self.port} is already in use")
+            if self._configured_port or self._proc is not None:  # a restart keeps its port
+                raise EmbeddedServiceError(f"port {self.port} is already in use")
+            self.port = free_port()  # the remembered one was taken meanwhile
         if running_as_root():
             hand_over_tree(self.data_dir, service_user())  # its append-only files
         with open_private(self.data_dir / "redis.log", binary=True) as log_file:
@@ -96,15 +121,21 @@ class EmbeddedRedis:
                 raise EmbeddedServiceError(
                     f"embedded Redis did not start; see {self.data_dir / 'redis.log'}")
             time.sleep(0.05)
+        if not self._configured_port:
+            write_private(self.port_file, str(self.port))
         log.info("embedded_redis.started", port=self.port)
         return self.url
 
     def _config(self) -> str:
         """The server's configuration, password included: fed on stdin, never argv."""
+        # No snapshots, and an append-only file of plain commands even once rewritten
+        # (no compressed snapshot preamble): after an erasure's rewrite
+        # (``memoryd.broker.persistence``) a search of the files for the agent's id or
+        # a word of its contents finds what is really there.
         settings = {"port": str(self.port), "bind": "127.0.0.1",
                     "dir": json.dumps(str(self.data_dir), ensure_ascii=False), "save": '""',
-                    "appendonly": "yes", "protected-mode": "yes",
-                    "requirepass": self.password}
+                    "appendonly": "yes", "aof-use-rdb-preamble": "no",
+                    "protected-mode": "yes", "requirepass": self.password}
         return "".join(f"{name} {value}\n" for name, value in settings.items())
 
     def stop(self) -> None:

@@ -126,17 +126,24 @@ def _reap(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
-@pytest.fixture
-def up_dir() -> Iterator[Path]:
-    """A fresh data dir; whatever a failed test leaves running there is stopped.
+def reachable_data_dir() -> Path:
+    """A fresh data dir the service user can reach. As root, ``memoryd up`` runs its
+    children as that user and refuses a data dir below a directory the user may not
+    enter (it changes nothing above its data dir): the test opens its own directories,
+    as an operator would.
 
-    Beside the session's servers, not under pytest's ``tmp_path``: as root, ``memoryd up``
-    runs its children as the service user and lets it through the directories above the
-    data dir, and every pytest session that starts on the machine makes pytest's
-    temporary root private again. That cut a running stack off from its files: a child
-    failed, the stack stopped, and Redis with it, under the test's client."""
-    data_dir = Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME)) / "up-data"
-    yield data_dir
+    Beside the session's servers, not under pytest's ``tmp_path``: every pytest session
+    that starts on the machine makes pytest's temporary root private again, which cut a
+    running stack off from its files."""
+    parent = Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME))
+    if os.geteuid() == 0:
+        for folder in (TEST_HOME, parent):
+            folder.chmod(0o711)  # enter, not list
+    return parent / "up-data"
+
+
+def stop_leftovers(data_dir: Path) -> None:
+    """Stop whatever a failed test left running on ``data_dir``."""
     for proc in _processes_of(data_dir, set()):
         with contextlib.suppress(psutil.Error):  # it may have exited meanwhile
             if "postgres" not in " ".join(proc.cmdline()):
@@ -146,6 +153,15 @@ def up_dir() -> Iterator[Path]:
     server = EmbeddedPostgres(data_dir / "postgres")
     if server.pgdata.exists():
         server.stop()
+
+
+@pytest.fixture
+def up_dir() -> Iterator[Path]:
+    """A fresh data dir (``reachable_data_dir``); whatever a failed test leaves running
+    there is stopped."""
+    data_dir = reachable_data_dir()
+    yield data_dir
+    stop_leftovers(data_dir)
 
 
 def _private(path: Path) -> str:
@@ -511,6 +527,32 @@ def test_a_service_that_cannot_start_leaves_nothing_running(up_dir: Path) -> Non
     assert f"EmbeddedServiceError: port {port} is already in use" in done.stderr
     assert (up_dir / "postgres" / "pgdata" / "PG_VERSION").exists()  # it had started
     _nothing_left(up_dir, set())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the service user exists for root only")
+def test_as_root_up_below_a_directory_the_service_user_cannot_enter_is_refused_unchanged(
+        up_dir: Path) -> None:
+    """Run as root, the children run as the service user, which must reach the data dir:
+    memoryd never opens a directory above it for that user (o+x would open it to every
+    local user), and says what to do instead."""
+    closed = up_dir.parent / "closed"
+    closed.mkdir(mode=0o700)
+    data_dir = closed / "data"
+    modes = {folder: folder.stat().st_mode for folder in data_dir.parents
+             if folder.exists()}
+    done = subprocess.run([sys.executable, "-m", "memoryd", "up", "--no-flower",
+                           "--gateway-port", str(_port())],
+                          env=_clean_env(MEMORYD_DATA_DIR=str(data_dir)),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=START_TIMEOUT_S, check=False)
+    assert done.returncode == 2, done
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"memoryd: error: EmbeddedServiceError: run as root, memoryd runs "
+                           f"its servers and workers as the {SERVICE_USER!r} user, which may "
+                           f"not enter {closed} (above {data_dir})"), line
+    assert f"chmod o+x {closed}" in line and "MEMORYD_DATA_DIR" in line
+    assert {folder: folder.stat().st_mode for folder in modes} == modes
+    assert not data_dir.exists()
 
 
 @pytest.mark.parametrize("taken", ["--gateway-port", "--flower-port"])
