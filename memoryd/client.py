@@ -5,6 +5,12 @@ or SQLAlchemy: ``pip install memoryd`` (without ``[server]``) is enough.
     client = MemoryClient()
     client.store("agent-1", "User prefers dark mode", role="user", session_id="s1")
     hits = client.recall("agent-1", "what theme does the user like?", limit=5)
+
+A store that outlives its ``timeout`` raises ``MemorydTimeoutError`` and is written all
+the same; its ``task_id`` (or a ``wait=False`` handle's ``id``, or the gateway's 202)
+is followed later:
+
+    result = client.pending(task_id, "store").get(timeout=60)
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import builtins
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 from uuid import UUID
 
 from celery import Celery
@@ -32,7 +38,13 @@ from memoryd.celery_config import (
     celery_config,
 )
 from memoryd.config import Settings, get_settings
-from memoryd.errors import MemorydError, MemorydTimeoutError, Unavailable, WorkerError
+from memoryd.errors import (
+    MemorydError,
+    MemorydTimeoutError,
+    Unavailable,
+    ValidationError,
+    WorkerError,
+)
 from memoryd.redaction import describe_error, summarize
 from memoryd.types import (
     AgentStats,
@@ -73,7 +85,8 @@ def unreachable_as_unavailable() -> Iterator[None]:
 
 
 class Pending(Generic[T]):
-    """A job enqueued with ``wait=False``: ``get()`` waits for its typed result."""
+    """A job enqueued with ``wait=False``, or followed by its id (``MemoryClient.pending``):
+    ``get()`` waits for its typed result."""
 
     def __init__(self, result: AsyncResult, convert: Callable[[Any], T],
                  timeout: float) -> None:
@@ -98,20 +111,33 @@ class Pending(Generic[T]):
         return self._outcome[0]
 
     def _fetch(self, wait: float) -> tuple[T] | MemorydError:
+        """The worker's outcome, then the backend's copy forgotten: only once it was read
+        and converted. A wait that times out, or a backend that cannot be reached, leaves
+        it there (it may land the instant after) for a later ``get()`` or a follower
+        (``MemoryClient.pending``, the gateway's follow route) to read."""
         try:
             with unreachable_as_unavailable():
-                value = self._result.get(timeout=wait, propagate=True,
+                # propagate=False: a failed job's error comes back as its value, so that
+                # whatever ``get`` raises is about the wait, not the job.
+                value = self._result.get(timeout=wait, propagate=False,
                                          disable_sync_subtasks=False)
         except CeleryTimeoutError:
-            raise MemorydTimeoutError(
-                f"job {self.id} did not finish within {wait:g} s") from None
-        except MemorydError as exc:
-            return exc
-        except Exception as exc:  # rebuilt from the worker: never leak Celery internals
-            return WorkerError(describe_error(exc))
-        finally:
-            with contextlib.suppress(*CONNECTION_ERRORS):
-                self._result.forget() if self._result.ready() else None
+            raise MemorydTimeoutError(f"job {self.id} did not finish within {wait:g} s",
+                                      self.id) from None
+        except Unavailable:
+            raise  # nothing was read: a later get() reads it
+        except Exception as exc:  # a result Celery read but could not rebuild
+            value = exc
+        outcome = self._outcome_of(value)
+        with contextlib.suppress(*CONNECTION_ERRORS):
+            self._result.forget()
+        return outcome
+
+    def _outcome_of(self, value: Any) -> tuple[T] | MemorydError:
+        if isinstance(value, MemorydError):
+            return value
+        if isinstance(value, BaseException):  # rebuilt from the worker: never leak its text
+            return WorkerError(describe_error(value))
         return (self._convert(value),)
 
 
@@ -160,10 +186,14 @@ class MemoryClient:
         with unreachable_as_unavailable():
             result = self._app.send_task(name, kwargs=kwargs, queue=queue, argsrepr="()",
                                          kwargsrepr=summarize(kwargs))
+        pending = self._pending(result, convert, timeout)
+        return pending.get() if wait else pending
+
+    def _pending(self, result: AsyncResult, convert: Callable[[Any], T],
+                 timeout: float | None) -> Pending[T]:
         # Celery keeps one result backend per thread (asyncio calls run in threads).
         self._backends.add(self._app.backend)
-        pending = Pending(result, convert, self.timeout if timeout is None else timeout)
-        return pending.get() if wait else pending
+        return Pending(result, convert, self.timeout if timeout is None else timeout)
 
     def _call(self, name: str, kwargs: dict[str, Any], convert: Callable[[Any], T],
               timeout: float | None) -> T:
@@ -178,8 +208,7 @@ class MemoryClient:
         ``tags``, ``source``, ``metadata``, ``expires_at``, ``created_at``)."""
         item = check.store_item({"content": content, **fields}, self.settings.max_content_bytes)
         kwargs = {"agent_id": check.agent_id(agent_id), **_item_json(item)}
-        return self._send("memoryd.store", kwargs, StoreResult.model_validate, wait=wait,
-                          timeout=timeout)
+        return self._send("memoryd.store", kwargs, _store_result, wait=wait, timeout=timeout)
 
     def store_many(self, agent_id: str, items: Iterable[StoreItem | Mapping[str, Any]], *,
                    wait: bool = True, timeout: float | None = None
@@ -187,7 +216,7 @@ class MemoryClient:
         checked = check.store_items(items, self.settings.max_content_bytes)
         kwargs = {"agent_id": check.agent_id(agent_id),
                   "items": [_item_json(item) for item in checked]}
-        return self._send("memoryd.store_many", kwargs, _list_of(StoreResult), wait=wait,
+        return self._send("memoryd.store_many", kwargs, _store_results, wait=wait,
                           timeout=timeout)
 
     def recall(self, agent_id: str, query: str, *, limit: int = 10,
@@ -275,7 +304,7 @@ class MemoryClient:
         name = check.job_name(job)
         kwargs = {"agent_id": check.agent_id(agent_id) if agent_id is not None else None,
                   "dry_run": bool(dry_run), "params": check.json_object("params", params or {})}
-        return self._send(f"{MAINTENANCE_TASK_PREFIX}{name}", kwargs, dict, wait=wait,
+        return self._send(f"{MAINTENANCE_TASK_PREFIX}{name}", kwargs, _job_run, wait=wait,
                           timeout=timeout, queue=MAINTENANCE_QUEUE)
 
     # --- operators ----------------------------------------------------------------
@@ -309,10 +338,37 @@ class MemoryClient:
         evicted copies, dead letters, its keys (README "Erasure"). ``complete`` False:
         the time budget ran out and a follow-up goes on; calling again is safe."""
         agent = check.agent_id(agent_id)
-        # The worker's result names the agent by its hash (Redis keeps it): the id back.
         return self._send("memoryd.admin.forget_agent", {"agent_id": agent},
-                          lambda found: Erasure.model_validate({**found, "agent_id": agent}),
-                          wait=wait, timeout=timeout)
+                          _erasure_of(agent), wait=wait, timeout=timeout)
+
+    # --- following a job by its id -----------------------------------------------
+    @overload
+    def pending(self, task_id: str | UUID, kind: Literal["store"] = ..., *,
+                timeout: float | None = None) -> Pending[StoreResult]: ...
+
+    @overload
+    def pending(self, task_id: str | UUID, kind: Literal["store_many"], *,
+                timeout: float | None = None) -> Pending[builtins.list[StoreResult]]: ...
+
+    @overload
+    def pending(self, task_id: str | UUID, kind: Literal["run_job"], *,
+                timeout: float | None = None) -> Pending[dict[str, Any]]: ...
+
+    @overload
+    def pending(self, task_id: str | UUID, kind: Literal["forget_agent"], *, agent_id: str,
+                timeout: float | None = None) -> Pending[Erasure]: ...
+
+    def pending(self, task_id: str | UUID, kind: str = "store", *,
+                agent_id: str | None = None, timeout: float | None = None) -> Pending[Any]:
+        """Follow a job sent earlier by its id: a ``MemorydTimeoutError``'s ``task_id``,
+        a ``wait=False`` handle's ``id``, or the ``task_id`` of the gateway's 202. ``kind``
+        names the call that sent it (``store``, ``store_many``, ``run_job``,
+        ``forget_agent``, which also takes the ``agent_id`` it erased), so that ``get()``
+        returns what that call returns. Nothing is sent: an id no job has, or whose result
+        expired or was read already, stays pending and ``get()`` times out."""
+        ref = str(check.uuid_of("task_id", task_id))
+        return self._pending(self._app.AsyncResult(ref), _conversion(kind, agent_id),
+                             timeout)
 
     # --- asyncio ------------------------------------------------------------------
     async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
@@ -352,3 +408,36 @@ def _entity_json(entity: Entity | Mapping[str, Any]) -> dict[str, Any]:
 
 def _list_of(model: Any) -> Callable[[Any], Any]:
     return lambda values: [model.model_validate(v) for v in values]
+
+
+# The results of the calls a caller may follow by id (``MemoryClient.pending``): each
+# built here only, for the call and its follower alike.
+def _store_result(value: Any) -> StoreResult:
+    return StoreResult.model_validate(value)
+
+
+def _store_results(values: Any) -> builtins.list[StoreResult]:
+    return [StoreResult.model_validate(value) for value in values]
+
+
+def _job_run(value: Any) -> dict[str, Any]:
+    return dict(value)
+
+
+def _erasure_of(agent_id: str) -> Callable[[Any], Erasure]:
+    # The worker's result names the agent by its hash (Redis keeps it): the id back.
+    return lambda found: Erasure.model_validate({**found, "agent_id": agent_id})
+
+
+FOLLOWED_KINDS = ("store", "store_many", "run_job", "forget_agent")
+
+
+def _conversion(kind: str, agent_id: str | None) -> Callable[[Any], Any]:
+    """How ``MemoryClient.pending`` rebuilds the result of a ``kind`` call."""
+    if kind == "forget_agent":
+        return _erasure_of(check.agent_id(agent_id))
+    known: dict[str, Callable[[Any], Any]] = {
+        "store": _store_result, "store_many": _store_results, "run_job": _job_run}
+    if kind not in known:
+        raise ValidationError("kind", f"must be one of {', '.join(FOLLOWED_KINDS)}")
+    return known[kind]

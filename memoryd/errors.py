@@ -43,7 +43,19 @@ class DataDirInUse(MemorydError):
 
 
 class MemorydTimeoutError(MemorydError, TimeoutError):
-    """A job did not finish within the caller's timeout."""
+    """A job did not finish within the caller's timeout. The job goes on (a store still
+    lands): ``task_id`` names it, and ``MemoryClient.pending(task_id)`` follows it."""
+
+    def __init__(self, message: str, task_id: str | None = None) -> None:
+        super().__init__(message)
+        # Set here, not through OSError's constructor, which reads two arguments as
+        # (errno, strerror).
+        self.args = (message, task_id)
+        self.message = message
+        self.task_id = task_id
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class EmbeddedServiceError(MemorydError):

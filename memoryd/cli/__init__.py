@@ -6,20 +6,56 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import select
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from memoryd.errors import MemorydError, NoBrokerConfigured
 from memoryd.redaction import describe_error, format_error, scrub
+
+_TYPES = {"int": "an integer", "float": "a number"}
+# argparse's refusals that quote what was typed (as Python 3.11 to 3.13 word them), and
+# what is said instead: the argument and what it expects.
+_QUOTING: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
+    (re.compile(r"(argument [^:]*: )?invalid choice: .*\(choose from (.*)\)", re.S),
+     lambda m: f"{m[1] or ''}invalid choice; choose from {m[2]}"),
+    (re.compile(r"(argument [^:]*: )?invalid (\S+) value: .*", re.S),
+     lambda m: f"{m[1] or ''}must be {_TYPES.get(m[2], 'a valid ' + m[2])}"),
+    (re.compile(r"(argument [^:]*: )?ignored explicit argument .*", re.S),
+     lambda m: f"{m[1] or ''}takes no value"),
+    (re.compile(r"ambiguous option: .* could match (.*)", re.S),
+     lambda m: f"ambiguous option: could be {m[1]}"),
+    (re.compile(r"unrecognized arguments: .*", re.S),
+     lambda m: "unrecognized arguments (not shown): see --help"),
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusals name the argument and what it expects but never
+    what was typed: a secret or a memory typed in the wrong place would otherwise be
+    echoed to the terminal and to whatever keeps stderr. Subcommands get this class too
+    (argparse makes them of their parent's); the exit status (2) and usage line stay."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(without_values(message))
+
+
+def without_values(message: str) -> str:
+    """``message``, one of argparse's, with whatever was typed left out."""
+    for pattern, reword in _QUOTING:
+        found = pattern.fullmatch(message)
+        if found:
+            return reword(found)
+    return message
 
 
 def build_parser() -> argparse.ArgumentParser:
     from memoryd.cli import client_cmds, dlq, evicted, front, keys, ops, portable, rename, services
 
-    parser = argparse.ArgumentParser(
-        prog="memoryd", description="Long-term memory for fleets of LLM agents.")
+    parser = Parser(prog="memoryd", description="Long-term memory for fleets of LLM agents.")
     parser.add_argument("--log-level", default=None,
                         help="DEBUG, INFO, WARNING (default INFO for the services: up, worker, "
                              "beat, run, gateway, mcp; WARNING for one-off commands)")

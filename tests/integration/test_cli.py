@@ -175,10 +175,41 @@ def test_a_wrong_job_parameter_or_job_name_is_refused_with_the_valid_ones(
 
     unknown = memoryd(service_env, "jobs", "run", "evicct", check=False)
     assert unknown.returncode == 2 and unknown.stdout == ""
-    assert "invalid choice: 'evicct'" in unknown.stderr
-    assert all(repr(job) in unknown.stderr for job in JOB_NAMES)
+    assert "argument job: invalid choice; choose from " in unknown.stderr
+    assert "evicct" not in unknown.stderr
+    assert all(job in unknown.stderr for job in JOB_NAMES)
     usage = memoryd(service_env, "jobs", "run", "--help").stdout
     assert "--param NAME=VALUE" in usage and "JSON, else a string" in usage
+
+
+CANARY = "sk-live-canary-4417"
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["jobs", "run", CANARY], "argument job: invalid choice; choose from "),
+    (["jobs", "history", "--job", CANARY], "argument --job: invalid choice; choose from "),
+    ([CANARY], "argument COMMAND: invalid choice; choose from "),
+    (["dlq", "list", "--limit", CANARY], "argument --limit: must be an integer"),
+    (["gateway", "--port", CANARY], "argument --port: must be an integer"),
+    (["recall", "agent-1", "q", "--limit", CANARY], "argument --limit: must be an integer"),
+    (["store", "agent-1", "x", "--importance", CANARY], "argument --importance: must be a number"),
+    (["forget-agent", "agent-1", f"--yes={CANARY}"], "argument --yes: takes no value"),
+    (["store", "agent-1", "x", f"--s={CANARY}"],
+     "ambiguous option: could be --session-id, --source"),
+    (["forget-agent", "agent-1", CANARY, f"--x={CANARY}"],
+     "unrecognized arguments (not shown): see --help"),
+])
+def test_a_mistyped_command_line_names_the_argument_and_never_echoes_the_value(
+        tmp_path: Path, argv: list[str], said: str) -> None:
+    """argparse's refusals of a typed value name the argument and what it expects (a
+    secret pasted in the wrong place stays off the terminal); status 2 and the usage
+    line as before."""
+    env = {"PATH": "/usr/bin:/bin", "MEMORYD_DATA_DIR": str(tmp_path / "data")}
+    done = memoryd(env, *argv, check=False, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("usage: memoryd")
+    assert said in done.stderr.splitlines()[-1], done.stderr
+    assert CANARY not in done.stderr
 
 
 def test_jobs_list_shows_each_job_with_its_queue_schedule_and_parameters(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -349,7 +350,8 @@ def test_only_an_admin_key_with_write_erases_an_agent_over_http(
 
 
 def test_the_command_line_shows_what_would_go_and_erases_only_with_yes(
-        filled: MemoryStore, service_env: dict[str, str]) -> None:
+        filled: MemoryStore, service_env: dict[str, str], client: MemoryClient,
+        worker: Any) -> None:
     kept = {agent: snapshot(filled, agent) for agent in (LEAVER, STAYER)}
     asked = memoryd(service_env, "forget-agent", LEAVER, check=False)
     assert asked.returncode == 2 and "--yes" in asked.stderr
@@ -358,10 +360,20 @@ def test_the_command_line_shows_what_would_go_and_erases_only_with_yes(
     assert json.loads(shown.stdout)["deleted"]["memories"] == MEMORIES
     assert {agent: snapshot(filled, agent) for agent in (LEAVER, STAYER)} == kept
 
-    done = as_json(memoryd(service_env, "forget-agent", LEAVER, "--yes", "--json"))
+    erased = memoryd(service_env, "forget-agent", LEAVER, "--yes", "--json")
+    done = as_json(erased)
     assert done["complete"] is True and done["deleted"]["memories"] == MEMORIES
     assert_erased(filled)
     assert snapshot(filled, STAYER) == kept[STAYER]
+    # The rest (the agent's stored results, the broker's files) is a worker's: the task
+    # it was given is named, and followed to its end here, so that it cannot erase what
+    # the next test stores for the same agent.
+    given = re.search(r"a worker deletes the agent's task results and compacts the "
+                      r"broker's files \(task ([0-9a-f-]{36})\)", erased.stderr)
+    assert given, erased.stderr
+    assert LEAVER not in erased.stderr
+    rest = client.pending(given.group(1), "forget_agent", agent_id=LEAVER).get(timeout=120)
+    assert rest.complete and set(rest.deleted.values()) == {0}
 
 
 def test_an_agent_id_of_pattern_characters_is_found_as_a_whole_word_only(

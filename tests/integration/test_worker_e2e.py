@@ -9,6 +9,7 @@ here mocks the broker, the database or Celery, and no test runs tasks eagerly.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -175,6 +176,70 @@ def test_wait_false_returns_a_handle(client: MemoryClient, store: MemoryStore,
     batch = client.store_many(agent_id, [{"content": "one"}, {"content": "two"}], wait=False)
     assert isinstance(batch, Pending)
     assert [r.stored for r in batch.get()] == [True, True]
+
+
+def test_a_store_that_outlives_its_timeout_is_followed_by_its_task_id(
+        client: MemoryClient, store: MemoryStore, agent_id: str) -> None:
+    """The worker is held up (the table locked) past the caller's wait: the store raises
+    ``MemorydTimeoutError`` naming its task, lands once the lock goes, and
+    ``pending(task_id)`` returns what the store would have."""
+    blocker = store.engine.connect()
+    try:
+        blocker.execute(text("LOCK TABLE memories IN SHARE MODE"))
+        with pytest.raises(MemorydTimeoutError) as caught:
+            client.store(agent_id, "Written after its caller stopped waiting.", timeout=1.0)
+        _wait_until(lambda: lock_waiters(store) > 0, 60, "the store to block on insert")
+    finally:
+        blocker.rollback()
+        blocker.close()
+    task_id = caught.value.task_id
+    assert task_id is not None and task_id in str(caught.value)
+    result = client.pending(task_id, "store").get(timeout=60)
+    assert isinstance(result, StoreResult) and result.stored
+    assert [r["id"] for r in _rows(store, agent_id)] == [result.id]
+
+    batch = client.store_many(agent_id, [{"content": "three"}], wait=False)
+    assert isinstance(batch, Pending)
+    [one] = client.pending(batch.id, "store_many").get(timeout=60)
+    assert isinstance(one, StoreResult) and one.stored
+
+
+def test_a_result_landing_as_the_wait_times_out_is_kept_for_its_follower(
+        unconsumed: tuple[MemoryClient, redis.Redis], redis_url: str) -> None:
+    """The result is written after the caller's last look and before its deadline,
+    unannounced (as one landing the instant after the wait gave up): the timed-out wait
+    leaves it in the backend, and the task followed by its id reads it, once."""
+    c, raw = unconsumed
+    handle = c.store("agent-late", "Written as its caller gave up.", wait=False)
+    assert isinstance(handle, Pending)
+    key = f"celery-task-meta-{handle.id}"
+    written = StoreResult(id=uuid.uuid4(), stored=True, duplicate=False)
+    meta: dict[str, Any] = {
+        "status": "SUCCESS", "result": written.model_dump(mode="json"), "traceback": None,
+        "children": [], "task_id": handle.id, "date_done": datetime.now(UTC).isoformat()}
+    watching, landed = threading.Event(), threading.Event()
+
+    def land_after_the_callers_look() -> None:
+        watcher = redis.Redis.from_url(_db_url(redis_url, UNCONSUMED_DB), socket_timeout=120)
+        with watcher.monitor() as monitor:
+            watching.set()
+            while monitor.next_command()["command"] != f"GET {key}":
+                pass
+        raw.set(key, json.dumps(meta))  # no PUBLISH: the waiting caller is not woken
+        landed.set()
+        watcher.close()
+
+    thread = threading.Thread(target=land_after_the_callers_look, daemon=True)
+    thread.start()
+    assert watching.wait(30)
+    with pytest.raises(MemorydTimeoutError) as caught:
+        handle.get(timeout=3.0)
+    thread.join(120)
+    assert landed.is_set()
+    assert raw.exists(key), "the timed-out wait deleted a result nobody had read"
+    assert caught.value.task_id == handle.id
+    assert c.pending(handle.id, "store").get(timeout=30) == written
+    assert not raw.exists(key)  # read and converted: then forgotten
 
 
 # --- errors ------------------------------------------------------------------------------

@@ -174,6 +174,11 @@ CASES: list[tuple[str, Callable[[MemoryClient], object], str]] = [
     ("run_job agent", lambda c: c.run_job("expire", agent_id=""), "agent_id"),
     ("run_job params", lambda c: c.run_job("expire", params=[("a", 1)]), "params"),  # type: ignore[arg-type]
     ("run_job params JSON", lambda c: c.run_job("expire", params={"x": object()}), "params"),
+    # following a job by its id
+    ("pending task id", lambda c: c.pending("not-a-uuid"), "task_id"),
+    ("pending kind", lambda c: c.pending(UUID, "recall"), "kind"),  # type: ignore[call-overload]
+    ("pending erasure agent", lambda c: c.pending(UUID, "forget_agent", agent_id=""),
+     "agent_id"),
 ]
 
 
