@@ -8,9 +8,12 @@ bound with ``bind_contextvars`` (task id, task name, agent id) appears on every 
 Memory content and secrets never reach a log line: content-like fields are reduced to
 their size, and every text and traceback passes ``memoryd.redaction`` (a database
 error's parameters and DETAIL, which may quote a row, are left out). Agents are named by
-the SHA-256 of their id (``agent_sha256``), as the erasure audit names them, and a
-request path's agent (an access log line) is hidden: an erased agent's id stays in no
-log memoryd writes.
+the SHA-256 of their id (``agent_sha256``), as the erasure audit names them: an erased
+agent's id stays in no log memoryd writes. The gateway's access log names a request's
+route by its template (``/v1/jobs/{job}/runs``), never the path as sent, which holds
+agent ids and whatever else a caller puts in a path: uvicorn's own line is dropped
+(``ACCESS_LOGGER``), and a path that reaches any other text loses all after
+``/agents/`` and its query string.
 """
 
 from __future__ import annotations
@@ -36,11 +39,18 @@ MAX_VALUE_CHARS = 200
 MAX_EVENT_CHARS = 500  # third-party messages may embed payloads (task bodies, results)
 # The gateway's paths name the agent (``/v1/agents/{agent}/...``, the id may hold
 # slashes) and its query may quote metadata: all that follows ``/agents/`` is hidden in a
-# logged text.
-_AGENT_PATH = re.compile(r"(/agents/)[^\s\"']+")
+# logged text, unless it is a route's template (the access log's), which names no agent.
+_AGENT_PATH = re.compile(r"(/agents/)(?!\{agent\}(?:/(?:[a-z_]+|\{[a-z_]+\}))*(?:$|[\s\"']))"
+                         r"[^\s\"']+")
 AGENT_PATH_HIDDEN = r"\1<agent>"
 # A gateway path's query string holds the caller's values (an access log line): hidden.
 _GATEWAY_QUERY = re.compile(r"(/v1/[^\s?#\"']*)\?[^\s\"']*")
+# uvicorn's access logger: on with ``memoryd gateway --access-log``. uvicorn's own line
+# on it prints the path as sent (and the client's address, which a proxy header may
+# name); the gateway writes its own line there instead (``memoryd.gateway.app.AccessLog``),
+# which names the route's template, and only lines written through structlog pass.
+ACCESS_LOGGER = "uvicorn.access"
+
 # Loggers that report their internals at INFO; kept at WARNING (at least) whatever the
 # level asked for, so that --log-level INFO shows memoryd's own events.
 NOISY_LOGGERS: dict[str, int] = {
@@ -133,6 +143,14 @@ class _NameRootRecords(logging.Filter):
         return record.levelno >= logging.getLogger(module).getEffectiveLevel()
 
 
+class _OwnAccessLines(logging.Filter):
+    """Lets through the access logger only the lines memoryd wrote (through structlog,
+    whose records carry their event as a dict), not uvicorn's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return isinstance(record.msg, dict)
+
+
 class _LineHandler(logging.StreamHandler[TextIO]):
     """Writes each record as a whole line after flushing stdout: a command's printed
     output and its log lines keep their order when both reach the same file or pipe."""
@@ -181,6 +199,9 @@ def configure(level: str = "INFO", *, json: bool | None = None, force: bool = Fa
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    access = logging.getLogger(ACCESS_LOGGER)
+    if not any(isinstance(f, _OwnAccessLines) for f in access.filters):
+        access.addFilter(_OwnAccessLines())
     for name, floor in NOISY_LOGGERS.items():
         logging.getLogger(name).setLevel(max(floor, root.level))
     for name in PER_TASK_LOGGERS:

@@ -19,15 +19,56 @@ from __future__ import annotations
 import hashlib
 import re
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
+from uuid import UUID
 
+from pydantic import BaseModel
+
+from memoryd import types
 from memoryd.errors import MemorydError, WorkerError
+from memoryd.schedules.names import JOB_NAMES
 
-# Values shown as they are in summaries: identifiers and options, never content (an
-# entity id such as ``start_id`` is the agent's own word: shown by its size).
-SHOWN_KEYS = frozenset({"memory_id", "job", "mode", "limit", "depth", "dry_run",
-                        "category", "id", "run_id", "status"})
+# A maintenance run's states (the ``maintenance_runs.status`` column's).
+RUN_STATUSES = ("running", "ok", "failed", "skipped")
+
+
+def _one_of(known: Collection[str]) -> Callable[[str], bool]:
+    return lambda value: value in known
+
+
+def _an_id(value: str) -> bool:
+    """A memory's, run's or task's id: a number, or a UUID as memoryd writes one (the
+    parser takes other spellings, which could carry a caller's words)."""
+    if value.isdigit() and value.isascii():
+        return len(value) <= 20
+    try:
+        return str(UUID(value)) == value
+    except ValueError:
+        return False
+
+
+# Texts shown as they are in summaries, each by the values it may take: identifiers and
+# options. Any other text (content, tags, session ids, entity ids, and these keys'
+# values when they are not what memoryd allows: a hand-crafted message's, before a
+# worker refuses it) is shown by its size. Numbers, booleans and None are shown anywhere.
+SHOWN_TEXTS: dict[str, Callable[[str], bool]] = {
+    "job": _one_of(JOB_NAMES), "mode": _one_of(types.RECALL_MODES),
+    "category": _one_of(types.CATEGORIES), "role": _one_of(types.ROLES),
+    "status": _one_of(RUN_STATUSES), "order": _one_of(("newest", "key")),
+    **dict.fromkeys(("id", "memory_id", "run_id", "task_id", "target"), _an_id),
+}
+SHOWN_KEYS = frozenset(SHOWN_TEXTS)
+# The names of a summary's fields shown as they are: the parameters of memoryd's tasks
+# and the fields of their results (``tests/unit/test_redaction.py`` keeps this list
+# complete). Any other name (a hand-crafted message's keyword) is shown by its size.
+FIELD_NAMES = frozenset({
+    *SHOWN_KEYS, "agent_id", "content", "items", "entity", "start_id", "field", "params",
+    "limit", "offset", "depth", "follow_up", "after", "broker", "results", "stats",
+    "complete", "error",
+    *(name for model in vars(types).values()
+      if isinstance(model, type) and issubclass(model, BaseModel)
+      and model.__module__ == types.__name__ for name in model.model_fields)})
 # Shown by their hash (``agent_digest``), under ``AGENT_HASH_KEY``.
 AGENT_KEYS = frozenset({"agent_id"})
 AGENT_HASH_KEY = "agent_sha256"
@@ -48,9 +89,9 @@ def agent_digest(agent_id: str) -> str:
 
 
 def summarize(value: Any) -> str:
-    """A value as monitoring shows it: numbers, booleans and identifiers as they are,
-    an agent's id by its hash, the size of anything else (``<23 chars>``, ``<3 items>``,
-    ``<5 keys>``)."""
+    """A value as monitoring shows it: numbers, booleans and identifiers (``SHOWN_TEXTS``)
+    as they are, an agent's id by its hash, the size of anything else (``<23 chars>``,
+    ``<3 items>``, ``<5 keys>``), a field name memoryd does not use included."""
     if value is None or isinstance(value, bool | int | float):
         return repr(value)
     if isinstance(value, str):
@@ -65,11 +106,12 @@ def summarize(value: Any) -> str:
 def _field(key: object, value: Any) -> str:
     if key in AGENT_KEYS and isinstance(value, str):
         return f"{AGENT_HASH_KEY!r}: {agent_digest(value)!r}"
-    return f"{key!r}: {_entry(key, value)}"
+    name = repr(key) if key in FIELD_NAMES else summarize(key)
+    return f"{name}: {_entry(key, value)}"
 
 
 def _entry(key: object, value: Any) -> str:
-    if key in SHOWN_KEYS and isinstance(value, str | int | float | bool | type(None)):
+    if isinstance(value, str) and key in SHOWN_TEXTS and SHOWN_TEXTS[str(key)](value):
         return repr(value)
     if isinstance(value, Mapping):
         return f"<{len(value)} keys>"

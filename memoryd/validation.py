@@ -416,9 +416,10 @@ def json_content_type(value: str | None) -> None:
             raise UnsupportedMediaType("content-type", "must have no charset but utf-8")
 
 
-def json_body(raw: bytes, content_type: str | None, field: str = "body") -> Any:
+def json_body(raw: bytes, content_type: str | None, field: str = "body",
+              max_depth: int = MAX_JSON_DEPTH) -> Any:
     """A request body as JSON: said to be JSON, in UTF-8 (415 otherwise: UTF-16 and
-    UTF-32 are not guessed), nested at most ``MAX_JSON_DEPTH`` deep, each object's keys
+    UTF-32 are not guessed), nested at most ``max_depth`` deep, each object's keys
     distinct, and no NaN or Infinity (which JSON has not, and a number too large for a
     float is). A UTF-8 byte order mark is ignored, as RFC 8259 allows."""
     json_content_type(content_type)
@@ -428,7 +429,7 @@ def json_body(raw: bytes, content_type: str | None, field: str = "body") -> Any:
         text = "\x00"
     if "\x00" in text:  # never in JSON, in UTF-16 or UTF-32 in every ASCII character
         raise UnsupportedMediaType(field, "is not UTF-8; JSON bodies must be UTF-8")
-    json_text_depth(field, text)
+    json_text_depth(field, text, max_depth + 1)
     try:
         return json.loads(text, object_pairs_hook=_distinct_keys(field),
                           parse_constant=_no_constant(field), parse_float=_finite(field))

@@ -5,19 +5,26 @@ metrics, health checks and one error format."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio.to_thread
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy import Engine, text
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.requests import ClientDisconnect
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memoryd import logging as mlog
 from memoryd import validation as check
 from memoryd.auth.keys import KeyVerifier
 from memoryd.client import MemoryClient
@@ -26,9 +33,15 @@ from memoryd.errors import MemorydError, ValidationError
 from memoryd.gateway import access, admin, mcp_tools, problems, routes, schema
 from memoryd.gateway.accepted import AcceptedTasks
 from memoryd.gateway.body_limit import BodyLimitMiddleware, BodyTooLarge, RawTextMiddleware
-from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware
+from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware, route_label
 
 READY_TIMEOUT_S = 2.0
+# How deep an MCP message may nest: a tool's argument nested deeper than an HTTP body
+# may be, inside JSON-RPC's envelope, reaches the tool and is refused by its name; a
+# message nested far deeper than any parser should go is refused here.
+MCP_MAX_DEPTH = 3 * check.MAX_JSON_DEPTH
+# The methods the access log names; any other (a token the caller chose) is "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def create_app(settings: Settings, engine: Engine, client: MemoryClient | None = None
@@ -38,7 +51,7 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
     client = client or MemoryClient(settings=settings, timeout=settings.gateway_timeout_s)
     verifier = KeyVerifier(engine)
     accepted = AcceptedTasks(settings)
-    mcp = mcp_tools.build_server(client, mcp_tools.KeyBinding(verifier))
+    mcp = mcp_tools.build_server(client, mcp_tools.KeyBinding(verifier), accepted)
     mcp_http = mcp.streamable_http_app(
         streamable_http_path="/mcp", stateless_http=True, json_response=True,
         max_request_body_size=settings.gateway_max_body_bytes,
@@ -67,24 +80,28 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
     _add_error_handlers(app)
     metrics = GatewayMetrics()
     app.state.metrics = metrics
+    served = [*routes.router.routes, *admin.router.routes, *app.router.routes]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.gateway_max_body_bytes)
     app.add_middleware(RawTextMiddleware)
-    app.add_middleware(MetricsMiddleware, metrics=metrics,
-                       routes=[*routes.router.routes, *admin.router.routes, *app.router.routes])
+    app.add_middleware(MetricsMiddleware, metrics=metrics, routes=served)
+    app.add_middleware(AccessLog, routes=served)
     schema.install(app, [*routes.REQUEST_MODELS, *admin.REQUEST_MODELS])
     return app
 
 
 class McpGate:
     """Refuses MCP over HTTP without a usable key (401) or a bound agent (403) before
-    the MCP server sees the request; each tool call checks the binding again."""
+    the MCP server sees the request; each tool call checks the binding again. A POST's
+    body must be JSON as ``validation.json_body`` reads every body, and one JSON-RPC
+    message: else a JSON-RPC error naming what is wrong (the SDK would answer a form or
+    a text in plain text, and a message of the wrong shape quoting it)."""
 
     def __init__(self, app: ASGIApp, verifier: KeyVerifier) -> None:
         self.app = app
         self.verifier = verifier
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope)
+        request = Request(scope, receive)
         try:
             key = await anyio.to_thread.run_sync(access.authenticate, self.verifier,
                                                  request.headers)
@@ -93,12 +110,82 @@ class McpGate:
             await problems.from_exception(exc)(scope, receive, send)
             return
         if request.method == "POST":
-            try:  # the SDK would answer a form or a text in plain text
-                check.json_content_type(request.headers.get("content-type"))
+            try:
+                body = await request.body()
+                message = check.json_body(body, request.headers.get("content-type"),
+                                          max_depth=MCP_MAX_DEPTH)
+                mcp_tools.jsonrpc_message(message)
+            except ClientDisconnect:
+                return
             except ValidationError as exc:
                 await problems.jsonrpc_error(exc)(scope, receive, send)
                 return
+            scope, receive = _with_body(scope, receive, _as_read(message))
         await self.app(scope, receive, send)
+
+
+def _as_read(message: Any) -> bytes:
+    """The message as memoryd read it, for the SDK to parse again: its parser and
+    ``json_body`` then agree on every byte (a BOM, a duplicate key, NaN)."""
+    return json.dumps(message, ensure_ascii=True, allow_nan=False).encode()
+
+
+def _with_body(scope: Scope, receive: Receive, body: bytes) -> tuple[Scope, Receive]:
+    """``scope`` and ``receive`` of a request whose body, already read, is ``body``."""
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:  # (a disconnect, while the response streams)
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}, replay
+
+
+class AccessLog:
+    """One line per request on uvicorn's access logger (``--access-log``): method, the
+    route's template (``unmatched`` for a path no route serves), status, duration and a
+    request id, also bound to every other line logged while serving the request. Never
+    the path as sent: it holds agent ids, job names, eviction ids and whatever a caller
+    puts in a path no route serves (``memoryd.logging`` drops uvicorn's own line)."""
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
+        self.app = app
+        self.routes = routes
+        self.logger = logging.getLogger(mlog.ACCESS_LOGGER)
+        self.log = structlog.get_logger(mlog.ACCESS_LOGGER)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # Not reset: the request's task ends with it, and the 500 answered outside this
+        # middleware is logged with it.
+        mlog.bind(request_id=uuid.uuid4().hex)
+        started = time.perf_counter()
+        status = 500  # what the caller sees if the app fails before it answers
+
+        async def record_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            self._write(scope, status, time.perf_counter() - started)
+
+    def _write(self, scope: Scope, status: int, duration_s: float) -> None:
+        # Off unless uvicorn's --access-log left the logger a handler (or its root's).
+        if self.logger.isEnabledFor(logging.INFO) and self.logger.hasHandlers():
+            route = route_label(scope, self.routes)
+            method = scope["method"] if scope["method"] in HTTP_METHODS else "other"
+            self.log.info(f"{method} {route} {status}", method=method, route=route,
+                          status=status, duration_ms=round(duration_s * 1000, 1))
 
 
 def _add_operational_routes(app: FastAPI) -> None:

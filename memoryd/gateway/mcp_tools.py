@@ -1,5 +1,5 @@
-"""memoryd as MCP tools, with the official ``mcp`` SDK: remember, recall, forget, context,
-list_memories, kg_add and kg_query.
+"""memoryd as MCP tools, with the official ``mcp`` SDK: remember, remember_status, recall,
+forget, context, list_memories, kg_add and kg_query.
 
 No tool takes an agent id. The agent is bound to the connection by a ``Binding``: over
 streamable HTTP, the API key's agent (or the ``X-Memoryd-Agent`` header's, if the key
@@ -10,26 +10,39 @@ Tools are thin: one ``MemoryClient`` call each, run in a worker thread so the ev
 keeps serving other connections. Results are text an LLM reads plus structured content.
 A refused call says memoryd's type, field and message, never the caller's value: not in
 the tool's error (the SDK's own would quote pydantic's ``input_value``), nor in the
-SDK's log line of it.
+SDK's log line of it. A message that is not JSON-RPC is refused the same way
+(``jsonrpc_message``), before the SDK's transport would quote it.
+
+A store that outlives the wait is not a failure: the broker holds it and a worker writes
+it, so ``remember`` answers that the memory is accepted, with the task id that
+``remember_status`` follows (``memoryd.gateway.accepted``, as the HTTP store's 202).
 """
 # No `from __future__ import annotations`: the SDK reads these signatures at run time.
 
 import logging
-from collections.abc import Callable
-from typing import Annotated, Any, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, Protocol, TypeVar
+from uuid import UUID
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+    jsonrpc_message_adapter,
+)
 from pydantic import BaseModel, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from memoryd import validation as check
 from memoryd.auth.scope import Permission
-from memoryd.client import MemoryClient
+from memoryd.client import MemoryClient, Pending
 from memoryd.errors import ValidationError
 from memoryd.gateway import access, problems
+from memoryd.gateway.accepted import AcceptedTasks, TaskAccepted
 from memoryd.gateway.access import Verifier
 from memoryd.gateway.problems import UNREACHABLE
 from memoryd.types import (
@@ -94,6 +107,30 @@ class Entities(BaseModel):
     entities: list[Entity]
 
 
+class Remembered(BaseModel):
+    """What ``remember`` and ``remember_status`` answer: the memory once a worker wrote
+    it (``status`` "done"), or, while none has, "pending" and the ``task_id`` to follow.
+    One object either way: an MCP tool's output schema is an object."""
+
+    status: Literal["done", "pending"]
+    id: UUID | None = None
+    stored: bool = False
+    duplicate: bool = False
+    task_id: str | None = None
+
+    @classmethod
+    def of(cls, outcome: StoreResult | TaskAccepted) -> "Remembered":
+        if isinstance(outcome, TaskAccepted):
+            return cls(status="pending", task_id=outcome.task_id)
+        return cls(status="done", **outcome.model_dump())
+
+    def said(self) -> str:
+        if self.task_id is not None:
+            return (f"Accepted: a worker will write this memory (task {self.task_id}); "
+                    "call remember_status with that task id to see it stored.")
+        return f"{'Already remembered' if self.duplicate else 'Remembered'} (id {self.id})."
+
+
 def _result(text: str, structured: BaseModel) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=structured.model_dump(mode="json"))
@@ -102,9 +139,11 @@ def _result(text: str, structured: BaseModel) -> CallToolResult:
 class MemoryTools:
     """The tools of one server: a client to the workers and a way to bind the agent."""
 
-    def __init__(self, client: MemoryClient, binding: Binding) -> None:
+    def __init__(self, client: MemoryClient, binding: Binding,
+                 accepted: AcceptedTasks) -> None:
         self.client = client
         self.binding = binding
+        self.accepted = accepted
 
     async def _call(self, ctx: Context, permission: Permission,
                     work: Callable[[str], T]) -> T:
@@ -128,15 +167,30 @@ class MemoryTools:
         tags: Annotated[list[str] | None, Field(description="Short labels to filter on")] = None,
         session_id: Annotated[str | None, Field(description="The conversation it came from")]
         = None,
-    ) -> Annotated[CallToolResult, StoreResult]:
+    ) -> Annotated[CallToolResult, Remembered]:
         fields: dict[str, Any] = {
             k: v for k, v in {"category": category, "importance": importance, "tags": tags,
                               "session_id": session_id}.items() if v is not None}
-        result = await self._call(ctx, "write", lambda agent: self.client.store(
-            agent, content, **fields))
-        assert isinstance(result, StoreResult)
-        said = "Already remembered" if result.duplicate else "Remembered"
-        return _result(f"{said} (id {result.id}).", result)
+
+        def store(agent: str) -> StoreResult | TaskAccepted:
+            pending = self.client.store(agent, content, wait=False, **fields)
+            assert isinstance(pending, Pending)
+            return self.accepted.wait_or_accept(pending, agent)
+
+        remembered = Remembered.of(await self._call(ctx, "write", store))
+        return _result(remembered.said(), remembered)
+
+    async def remember_status(
+        self, ctx: Context,
+        task_id: Annotated[str, Field(description="The task id remember answered with")],
+    ) -> Annotated[CallToolResult, Remembered]:
+        outcome = await self._call(ctx, "write", lambda agent: self.accepted.outcome(
+            agent, task_id))
+        if isinstance(outcome, list):  # an HTTP batch of this agent's, not remember's
+            raise ToolError(problems.said(ValidationError(
+                "task_id", "is a batch store's; follow it over HTTP")))
+        remembered = Remembered.of(outcome)
+        return _result(remembered.said(), remembered)
 
     async def recall(
         self, ctx: Context,
@@ -233,8 +287,12 @@ _DELETE = _ADD.model_copy(update={"destructive_hint": True})
 # (method, description, annotations): the descriptions are what a model reads.
 TOOLS: tuple[tuple[str, str, ToolAnnotations], ...] = (
     ("remember", "Store a memory for later: a fact, preference, decision or event worth "
-                 "keeping across conversations. Storing the same text twice is harmless.",
+                 "keeping across conversations. Storing the same text twice is harmless. "
+                 "When memoryd is busy it answers a task id: the memory is still stored.",
      _ADD),
+    ("remember_status", "Whether a memory that remember accepted (answering a task id "
+                        "instead of an id) has been stored yet, and its id once it is.",
+     _READ),
     ("recall", "Search your long-term memory: the memories most relevant to a query, best "
                "first, with their ids and scores.", _READ),
     ("forget", "Delete one memory for good, by its id (from recall or list_memories). Use "
@@ -273,6 +331,42 @@ class MemorydServer(MCPServer):
             raise
 
 
+# Which of JSON-RPC's messages a body means to be, by the member that only it has: the
+# SDK tries each in turn, and its refusal would list every one of them with the value.
+_JSONRPC_KINDS = (("method", "JSONRPCRequest"), ("result", "JSONRPCResponse"),
+                  ("error", "JSONRPCError"))
+
+
+def jsonrpc_message(payload: object) -> None:
+    """``payload`` (a JSON body, as ``validation.json_body`` read it) must be one JSON-RPC
+    message as MCP's transport takes it; else a ``ValidationError`` naming the member
+    that is wrong, never its value (the SDK's own refusal quotes pydantic's
+    ``input_value``)."""
+    if isinstance(payload, list):
+        raise ValidationError("body", "must be one JSON-RPC message (MCP takes no batches)")
+    if not isinstance(payload, Mapping):
+        raise ValidationError("body", "must be a JSON-RPC message: a JSON object")
+    try:
+        jsonrpc_message_adapter.validate_python(payload, by_name=False)
+    except PydanticValidationError as exc:
+        raise _jsonrpc_refusal(payload, exc) from None
+
+
+def _jsonrpc_refusal(payload: Mapping[str, Any], exc: PydanticValidationError
+                     ) -> ValidationError:
+    kind = next((kind for member, kind in _JSONRPC_KINDS if member in payload), None)
+    if kind == "JSONRPCRequest" and "id" not in payload:
+        kind = "JSONRPCNotification"
+    for error in exc.errors(include_url=False, include_input=False):
+        if error["loc"][:1] == (kind,):
+            where = ""
+            for part in error["loc"][1:]:
+                where = f"{where}[{part}]" if isinstance(part, int) else check.field_name(
+                    where, part)
+            return ValidationError(where or "body", error["msg"])
+    return ValidationError("body", "is not a JSON-RPC request, notification or response")
+
+
 # The SDK's logger of tool calls, and its lines for a refused call: the tool's name as
 # the caller sent it (any text), and the error's text.
 SDK_LOGGER = "mcp.server.mcpserver.server"
@@ -298,11 +392,14 @@ def quiet_refused_calls() -> None:
         logger.addFilter(RefusedCallLines())
 
 
-def build_server(client: MemoryClient, binding: Binding) -> MCPServer:
-    """An MCP server whose tools act for the agent ``binding`` names."""
+def build_server(client: MemoryClient, binding: Binding,
+                 accepted: AcceptedTasks | None = None) -> MCPServer:
+    """An MCP server whose tools act for the agent ``binding`` names; ``accepted``
+    (the gateway's) binds stores that outlive the client's wait, one on the client's
+    settings by default (stdio)."""
     quiet_refused_calls()
     server = MemorydServer("memoryd", instructions=INSTRUCTIONS, version="0.1.0")
-    tools = MemoryTools(client, binding)
+    tools = MemoryTools(client, binding, accepted or AcceptedTasks(client.settings))
     for name, description, annotations in TOOLS:
         server.add_tool(getattr(tools, name), name=name, description=description,
                         annotations=annotations, structured_output=True)

@@ -1,5 +1,6 @@
 """A store that outlives the gateway's wait: 202 and a task id, never 504, for a write
-that lands; the task followed to the stored memory, by a key of its agent only. A real
+that lands; the task followed to the stored memory, by a key of its agent only. The same
+over MCP: ``remember`` answers the task id, ``remember_status`` follows it. A real
 gateway on a broker database no worker consumes, then a worker started on it."""
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+from mcp import Client
 from sqlalchemy import text
 
 from memoryd.memory.store import MemoryStore
 from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.mcp_clients import run_http, structured
 from tests.support.workers import WorkerProcess, redis_db_url
 
 pytestmark = pytest.mark.slow
@@ -117,3 +121,65 @@ def test_another_agents_key_cannot_follow_a_task(
         _error(http.get(made.headers["location"], headers=reader), 403, "forbidden")
         bad = http.get(f"/v1/agents/{agent_id}/tasks/not-a-task", headers=auth)
         assert _error(bad, 422, "validation_error")["field"] == "task_id"
+
+
+async def _status_until_done(client: Client, task_id: str) -> dict[str, Any]:
+    """``remember_status`` of ``task_id`` until it is no longer pending."""
+    deadline = time.monotonic() + LANDING_S
+    while True:
+        found: dict[str, Any] = structured(await client.call_tool(
+            "remember_status", {"task_id": task_id}))
+        if found["status"] != "pending" or time.monotonic() > deadline:
+            return found
+        assert found["task_id"] == task_id
+        await anyio.sleep(1)
+
+
+def test_an_mcp_remember_no_worker_takes_in_time_is_accepted_and_followed_to_its_memory(
+        unconsumed_gateway: GatewayProcess, store: MemoryStore, agent_id: str,
+        spawn_worker: Callable[..., WorkerProcess]) -> None:
+    auth = bearer(make_key(store, agents=(agent_id,)))
+
+    async def remember(client: Client) -> tuple[Any, dict[str, Any]]:
+        result = await client.call_tool("remember", {"content": "The canteen opens at 8."})
+        task_id = structured(result)["task_id"]
+        return result, structured(await client.call_tool("remember_status",
+                                                          {"task_id": task_id}))
+
+    accepted, pending = run_http(unconsumed_gateway.url, auth, remember)
+    task_id = structured(accepted)["task_id"]
+    assert structured(accepted) == {"status": "pending", "task_id": task_id, "id": None,
+                                    "stored": False, "duplicate": False}
+    assert task_id in accepted.content[0].text and "remember_status" in accepted.content[0].text
+    assert pending == structured(accepted)
+
+    spawn_worker(ACCEPTED_DB, concurrency=1, queues="memory")
+    done = run_http(unconsumed_gateway.url, auth,
+                    lambda client: _status_until_done(client, task_id))
+    assert done["status"] == "done" and done["stored"] is True, done
+    with store.session() as session:
+        landed = session.execute(text("SELECT content FROM memories WHERE id = :id"),
+                                 {"id": done["id"]}).scalar_one()
+    assert landed == "The canteen opens at 8."
+
+
+def test_another_agents_task_id_is_unknown_to_remember_status(
+        unconsumed_gateway: GatewayProcess, store: MemoryStore, agent_id: str) -> None:
+    intruder = bearer(make_key(store, agents=(f"agent-{uuid.uuid4()}",)))
+
+    async def remember(client: Client) -> str:
+        made = await client.call_tool("remember", {"content": "The safe code is 4711."})
+        return str(structured(made)["task_id"])
+
+    task_id = run_http(unconsumed_gateway.url, bearer(make_key(store, agents=(agent_id,))),
+                       remember)
+
+    async def follow(client: Client) -> list[Any]:
+        return [await client.call_tool("remember_status", {"task_id": ref})
+                for ref in (task_id, str(uuid.uuid4()), "not-a-task")]
+
+    theirs, never, bad = run_http(unconsumed_gateway.url, intruder, follow)
+    assert theirs.is_error and never.is_error and bad.is_error
+    assert theirs.content[0].text == never.content[0].text
+    assert "not_found: no such task for this agent" in theirs.content[0].text
+    assert "validation_error: task_id: " in bad.content[0].text

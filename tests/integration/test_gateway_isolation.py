@@ -98,7 +98,8 @@ def test_no_mcp_tool_reaches_an_agent_through_the_agent_header(
     arguments = {"remember": {"content": "planted by B"}, "recall": {"query": "launch"},
                  "forget": {"memory_id": agent_a["m"]}, "context": {"query": "launch"},
                  "list_memories": {}, "kg_add": {"id": "vault"},
-                 "kg_query": {"start_id": "vault"}}
+                 "kg_query": {"start_id": "vault"},
+                 "remember_status": {"task_id": "00000000-0000-4000-8000-000000000000"}}
     assert set(arguments) == TOOLS
     accept = {"Accept": "application/json, text/event-stream"}
     for kind, key in _keys_not_covering_a(store, agent_a).items():

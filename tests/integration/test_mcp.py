@@ -5,6 +5,7 @@ forget and the rest."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -179,3 +180,24 @@ def test_a_hostile_mcp_body_is_refused_never_a_500(
     if answer.status_code == 200:  # a tool call: refused as the tool's error, in words
         assert answer.json()["result"]["isError"] is True, answer.text  # of memoryd's
         assert "input_value" not in answer.text  # (pydantic's would quote the value)
+
+
+@pytest.mark.parametrize(("message", "field"), [
+    ("SECRET", "body"), (["SECRET"], "body"), ({"jsonrpc": "2.0", "method": 5}, "method"),
+    ({"jsonrpc": "SECRET", "id": 1, "method": "tools/list"}, "jsonrpc"),
+    ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "SECRET"}, "params"),
+    ({"jsonrpc": "2.0", "id": 1, "result": "SECRET"}, "result"), ({"SECRET": 1}, "body"),
+])
+def test_a_body_that_is_no_json_rpc_message_is_refused_by_name_without_its_value(
+        gateway: GatewayProcess, store: MemoryStore, agent_id: str, message: Any,
+        field: str) -> None:
+    secret = f"secret-{uuid.uuid4().hex}"
+    body = json.dumps(message).replace("SECRET", secret)
+    headers = {**bearer(make_key(store, agents=(agent_id,))), "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    answer = httpx.post(f"{gateway.url}/mcp", content=body, headers=headers, timeout=60)
+    assert 400 <= answer.status_code < 500, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == -32600 and error["data"] == {"type": "validation_error",
+                                                         "field": field}, error
+    assert secret not in answer.text and "input_value" not in answer.text

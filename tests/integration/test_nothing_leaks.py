@@ -1,9 +1,10 @@
 """What a caller sends reaches the caller and the database, nothing else: a real worker,
 gateway and Flower serve stores, recalls, lists, gets, context, graph queries and a write
-that PostgreSQL refuses with the row in its DETAIL; every HTTP route, every MCP tool,
-the client commands of the CLI and a hand-crafted task get bad values holding the same
-string; then every log, every file the run wrote, Flower's pages, the error bodies, the
-MCP errors and the CLI's stderr are searched for it."""
+that PostgreSQL refuses with the row in its DETAIL; every HTTP route (in bodies, query
+strings and paths), every MCP tool, the MCP endpoint itself, the client commands of the
+CLI and hand-crafted tasks get bad values holding the same string; then every log,
+every file the run wrote, Flower's pages, the error bodies, the MCP errors and the CLI's
+stderr are searched for it."""
 
 from __future__ import annotations
 
@@ -26,7 +27,12 @@ from memoryd.errors import ValidationError
 from memoryd.memory.store import MemoryStore
 from memoryd.redaction import summarize
 from tests.integration.conftest import TEST_HOME
-from tests.support.canary import bad_cli_commands, bad_http_requests, bad_mcp_calls
+from tests.support.canary import (
+    bad_cli_commands,
+    bad_http_requests,
+    bad_jsonrpc_messages,
+    bad_mcp_calls,
+)
 from tests.support.cli import memoryd
 from tests.support.flower import FlowerProcess
 from tests.support.gateway import GatewayProcess, bearer, make_key
@@ -182,6 +188,18 @@ def _refuse_over_mcp(gateway: GatewayProcess, key: dict[str, str], canary: str) 
     return [" ".join(getattr(part, "text", "") for part in r.content) for r in results]
 
 
+def _refuse_jsonrpc(gateway: GatewayProcess, key: dict[str, str], canary: str
+                    ) -> list[httpx.Response]:
+    """Bodies that are JSON but no JSON-RPC message, each holding ``canary``: each a
+    JSON-RPC error, never a 5xx."""
+    headers = {**key, "Accept": "application/json, text/event-stream"}
+    answers = [httpx.post(f"{gateway.url}/mcp", json=body, headers=headers, timeout=120)
+               for body in bad_jsonrpc_messages(canary)]
+    assert all(400 <= a.status_code < 500 and "error" in a.json() for a in answers), [
+        (a.status_code, a.text) for a in answers]
+    return answers
+
+
 def _refuse_on_the_command_line(env: dict[str, str], agent: str, canary: str) -> list[str]:
     """The client commands, with options holding ``canary`` that they refuse: stderr."""
     said = []
@@ -192,22 +210,33 @@ def _refuse_on_the_command_line(env: dict[str, str], agent: str, canary: str) ->
     return said
 
 
-def _refuse_a_hand_crafted_task(worker: WorkerProcess, agent: str, canary: str) -> str:
-    """A message that skipped the client's checks: the worker refuses it by name. (It
-    carries a summary of its arguments for the task events, as memoryd's senders do:
-    Flower shows whatever a sender puts there.)"""
+def _refuse_hand_crafted_tasks(worker: WorkerProcess, agent: str, canary: str
+                               ) -> list[str]:
+    """Messages that skipped the client's checks, with ``canary`` in free texts and in
+    fields that are options or ids when memoryd sends them: the worker refuses each by
+    name. (Each carries a summary of its arguments for the task events, as memoryd's
+    senders do: Flower shows whatever a sender puts there.)"""
     app = Celery("memoryd-canary", set_as_current=False)
     app.conf.update(celery_config(get_settings(), broker_url=worker.broker_url))
-    kwargs = {"agent_id": agent, "query": "locker", "limit": 3, "since": canary}
+    recall = {"agent_id": agent, "query": "locker", "session_id": canary, "tags": [canary],
+              "metadata": {canary: canary}}
+    messages = [("memoryd.recall", {**recall, "limit": 3, "since": canary}, "since"),
+                ("memoryd.recall", {**recall, "mode": canary}, "mode"),
+                ("memoryd.list", {"agent_id": agent, "category": canary}, "category"),
+                ("memoryd.forget", {"agent_id": agent, "memory_id": canary}, "memory_id"),
+                ("memoryd.admin.job_runs", {"job": canary}, "job")]
+    said = []
     try:
-        result = app.send_task("memoryd.recall", queue=MEMORY_QUEUE, kwargs=kwargs,
-                               argsrepr="()", kwargsrepr=summarize(kwargs))
-        refusal = result.get(timeout=120, propagate=False)
-        result.forget()
+        for name, kwargs, field in messages:
+            result = app.send_task(name, queue=MEMORY_QUEUE, kwargs=kwargs,
+                                   argsrepr="()", kwargsrepr=summarize(kwargs))
+            refusal = result.get(timeout=120, propagate=False)
+            result.forget()
+            assert isinstance(refusal, ValidationError) and refusal.field == field, refusal
+            said.append(str(refusal))
     finally:
         app.close()
-    assert isinstance(refusal, ValidationError) and refusal.field == "since", refusal
-    return str(refusal)
+    return said
 
 
 def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
@@ -238,9 +267,10 @@ def test_what_a_caller_sends_reaches_the_caller_and_the_database_and_nothing_els
     _until(flower_saw_a_task, "flower to receive task events")
     memory_id, errors = _serve(http, canary)
     errors += _refuse_over_http(gateway, agent, keys, canary)
+    errors += _refuse_jsonrpc(gateway, keys["agent"], canary)
     said = _refuse_over_mcp(gateway, keys["agent"], canary)
     said += _refuse_on_the_command_line(worker.env, agent, canary)
-    said.append(_refuse_a_hand_crafted_task(worker, agent, canary))
+    said += _refuse_hand_crafted_tasks(worker, agent, canary)
     _store_while_busy(http, flower, busy_table, canary)
     with store.session() as session:
         rows = session.execute(text("SELECT content FROM memories WHERE agent_id = :a"),
@@ -261,6 +291,9 @@ def test_what_a_caller_sends_reaches_the_caller_and_the_database_and_nothing_els
     http.close()
     for process in stack:
         process.stop()
+    # The access log names each route by its template, a path no route serves alike.
+    assert "POST /v1/jobs/{job}/runs 422" in gateway.log_text()
+    assert "GET unmatched 404" in gateway.log_text()
     leaks = [f"flower {page.url.path}" for page in pages if canary in page.text]
     leaks += [f"error body {r.request.method} {r.url.path}" for r in errors
               if canary in r.text]

@@ -20,9 +20,8 @@ def database_error(canary: str) -> IntegrityError:
 
 
 # (key, method, path, query parameters, JSON body): every route of the gateway with
-# values it refuses, each holding the canary. Identifiers in paths outside an agent's
-# (a job's name, an eviction number) are refused with other values: the access log
-# prints those paths.
+# values it refuses, each holding the canary, in bodies, query strings and every path
+# position (and paths no route serves).
 Request = tuple[str, str, str, dict[str, str] | None, Any]
 
 
@@ -55,11 +54,14 @@ def bad_http_requests(agent: str, canary: str) -> list[Request]:
         *[("agent", "POST", f"{at}/kg/entities", None, body) for body in graph],
         ("agent", "GET", f"{at}/kg/entities/{canary}", None, None),
         ("agent", "GET", f"{at}/kg/entities/x", {"depth": canary}, None),
+        ("agent", "GET", f"{at}/tasks/{canary}", None, None),
+        ("agent", "GET", f"/v1/{canary}", None, None), ("agent", "GET", f"/{canary}", None, None),
+        ("agent", "PUT", f"{at}/recall/{canary}", None, None),
         *[("admin", "POST", "/v1/jobs/evict/runs", None, body) for body in jobs],
-        ("admin", "POST", "/v1/jobs/no-such-job/runs", None, {"dry_run": True}),
+        ("admin", "POST", f"/v1/jobs/{canary}/runs", None, {"dry_run": True}),
         ("admin", "GET", "/v1/jobs/runs", {"job": canary}, None),
         ("admin", "GET", "/v1/jobs/runs", {"limit": canary}, None),
-        ("admin", "POST", "/v1/evicted/not-an-eviction/restore", None, None),
+        ("admin", "POST", f"/v1/evicted/{canary}/restore", None, None),
         ("admin", "GET", "/v1/stats", {"limit": canary}, None),
         ("admin", "DELETE", f"/v1/agents/{agent}", {"wait": canary}, None),
         ("agent", "GET", "/v1/embeddings", None, None),  # not an admin key: 403
@@ -82,8 +84,18 @@ def bad_mcp_calls(canary: str) -> list[tuple[str, dict[str, Any]]]:
         ("kg_add", {"id": "x", "relations": [{"target": canary}]}),
         ("kg_query", {"start_id": [canary]}), ("kg_query", {"start_id": canary}),
         ("kg_query", {"start_id": "x", "depth": canary}),
+        ("remember_status", {"task_id": canary}), ("remember_status", {"task_id": [canary]}),
         (canary, {"query": canary}),
     ]
+
+
+def bad_jsonrpc_messages(canary: str) -> list[Any]:
+    """Bodies posted to the MCP endpoint that are JSON but no JSON-RPC message, each
+    holding the canary where the SDK's refusal would quote it."""
+    return [canary, [canary], {"jsonrpc": canary, "id": 1, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 1, "method": [canary]},
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": canary},
+            {"jsonrpc": "2.0", "method": {"name": canary}}]
 
 
 def bad_cli_commands(agent: str, canary: str) -> list[list[str]]:

@@ -15,7 +15,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 T = TypeVar("T")
 # The tools memoryd serves, by name.
-TOOLS = {"remember", "recall", "forget", "context", "list_memories", "kg_add", "kg_query"}
+TOOLS = {"remember", "remember_status", "recall", "forget", "context", "list_memories",
+         "kg_add", "kg_query"}
 
 
 def run_http(url: str, headers: dict[str, str],

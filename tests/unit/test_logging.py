@@ -57,14 +57,30 @@ def test_an_agent_is_named_by_its_hash_never_by_its_id(json_logs: io.StringIO) -
     operator finds an agent's lines by hashing the id."""
     agent = "alice@example.com/diary"
     structlog.get_logger("memoryd.test").info("index_agents.requested", agent_id=agent)
-    logging.getLogger("uvicorn.access").info(
-        '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "DELETE",
-        f"/v1/agents/{agent}/memories?limit=5", "1.1", 200)
-    memoryd_line, access_line = _lines(json_logs)
-    assert agent not in json.dumps([memoryd_line, access_line])
+    structlog.get_logger("memoryd.test").info(f"fetching /v1/agents/{agent}/memories?limit=5")
+    memoryd_line, path_line = _lines(json_logs)
+    assert agent not in json.dumps([memoryd_line, path_line])
     assert "agent_id" not in memoryd_line
     assert memoryd_line["agent_sha256"] == hashlib.sha256(agent.encode()).hexdigest()
-    assert access_line["event"] == '127.0.0.1:5000 - "DELETE /v1/agents/<agent> HTTP/1.1" 200'
+    assert path_line["event"] == "fetching /v1/agents/<agent>"
+
+
+def test_the_access_log_names_routes_by_their_template_never_the_path_sent(
+        json_logs: io.StringIO) -> None:
+    """uvicorn's own line prints the path as sent (a job name, an eviction id, any path
+    a caller makes up); only the gateway's line, naming the route's template, passes."""
+    secret = "alice-diary-7f3a9c"
+    logging.getLogger(mlog.ACCESS_LOGGER).info(
+        '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "POST", f"/v1/jobs/{secret}/runs",
+        "1.1", 422)
+    structlog.get_logger(mlog.ACCESS_LOGGER).info(
+        "DELETE /v1/agents/{agent}/memories/{memory_id} 200", method="DELETE",
+        route="/v1/agents/{agent}/memories/{memory_id}", status=200)
+    (line,) = _lines(json_logs)
+    assert secret not in json_logs.getvalue()
+    assert line["event"] == "DELETE /v1/agents/{agent}/memories/{memory_id} 200"
+    assert line["route"] == "/v1/agents/{agent}/memories/{memory_id}"
+    assert line["logger"] == mlog.ACCESS_LOGGER
 
 
 def test_secrets_and_content_are_redacted(json_logs: io.StringIO) -> None:

@@ -107,14 +107,15 @@ def test_a_retrys_cause_is_redacted_and_its_schedule_kept() -> None:
 
 
 AGENT_1_SHA256 = "6ff3b3bd11c44cac620c43d5b65377bd2ba7e8951c1e835ae40c96733730982b"
+MEMORY_ID = "5d4b2f0e-8f7a-4a4b-9d63-0b6f3c2a1e11"
 
 
 def test_results_and_arguments_are_summarised_by_identifiers_and_sizes() -> None:
-    memory = {"id": "5f0c", "agent_id": "agent-1", "content": CANARY, "category": "fact",
+    memory = {"id": MEMORY_ID, "agent_id": "agent-1", "content": CANARY, "category": "fact",
               "tags": ["a", "b"], "metadata": {"k": CANARY}, "importance": 0.5,
               "duplicate": False, "key": CANARY}
     assert summarize(memory) == (
-        f"{{'id': '5f0c', 'agent_sha256': '{AGENT_1_SHA256}', 'content': <29 chars>, "
+        f"{{'id': '{MEMORY_ID}', 'agent_sha256': '{AGENT_1_SHA256}', 'content': <29 chars>, "
         "'category': 'fact', 'tags': <2 items>, 'metadata': <1 keys>, 'importance': 0.5, "
         "'duplicate': False, 'key': <29 chars>}")
     assert summarize([memory, memory, memory]) == "<3 items>"
@@ -207,3 +208,37 @@ def test_the_worker_summarises_arguments_a_sender_left_whole_before_the_received
     assert request.kwargsrepr == (f"{{'agent_sha256': '{AGENT_1_SHA256}', "
                                   "'content': <29 chars>}")
     assert request.argsrepr == "<0 items>"
+
+
+def test_identifier_fields_show_only_values_memoryd_allows_and_any_other_text_its_size(
+        ) -> None:
+    """A hand-crafted message reaches the task events before a worker refuses it: an
+    option or id field holding a caller's text is shown by its size, as are a session id,
+    tags, metadata and a keyword memoryd does not use."""
+    allowed = {"job": "evict", "mode": "deep", "category": "fact", "role": "user",
+               "status": "ok", "order": "key", "memory_id": MEMORY_ID, "run_id": "42",
+               "task_id": MEMORY_ID, "limit": 5, "dry_run": True}
+    assert summarize(allowed) == "{" + ", ".join(
+        f"{k!r}: {v!r}" for k, v in allowed.items()) + "}"
+    refused = dict.fromkeys((*allowed, "id", "target", "session_id", "source"), CANARY)
+    shown = summarize({**refused, "tags": [CANARY], "metadata": {CANARY: CANARY},
+                       CANARY: CANARY, "params": {CANARY: 1}})
+    assert CANARY not in shown
+    assert "'mode': <29 chars>" in shown and "<29 chars>: <29 chars>" in shown
+    assert summarize({"memory_id": MEMORY_ID.upper(), "id": "{" + MEMORY_ID + "}"}) == (
+        "{'memory_id': <36 chars>, 'id': <38 chars>}")  # a UUID as memoryd writes none
+
+
+def test_every_parameter_of_memoryds_tasks_is_a_field_name_summaries_show() -> None:
+    import inspect
+
+    import memoryd.tasks.admin
+    import memoryd.tasks.maintenance
+    import memoryd.tasks.memory  # noqa: F401  (the three register every task)
+    from memoryd.redaction import FIELD_NAMES
+    from memoryd.worker import app
+
+    names = {name for task_name, task in app.tasks.items() if task_name.startswith("memoryd.")
+             for name in inspect.signature(task.run).parameters}
+    names -= {"fields", "options"}  # **fields, **options: the store's and recall's fields
+    assert names and names <= FIELD_NAMES, names - FIELD_NAMES
