@@ -102,7 +102,9 @@ def from_exception(exc: BaseException) -> JSONResponse:
     status, kind, message, field = classify(exc)
     if status == 500:
         # The body names the log line, never the cause: its text may quote a row.
-        request_id = uuid.uuid4().hex
+        # The access line's id (bound by ``AccessLog``), so the two lines are found together.
+        bound = structlog.contextvars.get_contextvars().get("request_id")
+        request_id = bound if isinstance(bound, str) else uuid.uuid4().hex
         message = f"internal error; the gateway's log has the details (request id {request_id})"
         log.error("gateway.unhandled", request_id=request_id, error=describe_error(exc),
                   exc_info=exc)
