@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,6 +27,15 @@ T = TypeVar("T")
 
 
 # --- database -----------------------------------------------------------------------
+def let_service_user_in(workdir: Path) -> Path:
+    """``workdir``, a temporary directory of the benchmark's own, which the ``memoryd``
+    service user may enter (o+x: not list) when run as root: memoryd runs its embedded
+    servers as that user, and never opens a directory above the one it is given."""
+    if os.geteuid() == 0:
+        workdir.chmod(stat.S_IMODE(workdir.stat().st_mode) | stat.S_IXOTH)
+    return workdir
+
+
 @contextmanager
 def embedded_postgres(prefix: str = "memoryd-bench-") -> Iterator[str]:
     """A fresh embedded PostgreSQL in a temp dir; yields its URL, then stops it and

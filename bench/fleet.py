@@ -42,7 +42,15 @@ from typing import Any
 
 from bench import recall as bench_recall
 from bench import scale as seeding
-from bench.common import OUT_DIR, Stopwatch, format_table, machine_info, now_iso, write_json
+from bench.common import (
+    OUT_DIR,
+    Stopwatch,
+    format_table,
+    let_service_user_in,
+    machine_info,
+    now_iso,
+    write_json,
+)
 
 DEFAULT_OUT = OUT_DIR / "fleet.json"
 DEFAULT_CHART = OUT_DIR / "fleet.png"
@@ -392,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "args": {k: str(v) for k, v in vars(args).items()}}
     keep = OUT_DIR / f"scale-{args.scale}" if args.keep == Path() else args.keep
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-fleet-") as tmp:
-        workdir = Path(tmp)
+        workdir = let_service_user_in(Path(tmp))
         store = (small_store(workdir, args.agents, args.per_agent) if args.store == "small"
                  else scale_store(workdir, args.scale, max(args.agents, 8), keep))
         with watch("seed_or_open"), store as (url, agents, queries), \

@@ -39,7 +39,15 @@ import httpx
 
 from bench import recall as bench_recall
 from bench import scale as seeding
-from bench.common import OUT_DIR, Stopwatch, format_table, machine_info, now_iso, write_json
+from bench.common import (
+    OUT_DIR,
+    Stopwatch,
+    format_table,
+    let_service_user_in,
+    machine_info,
+    now_iso,
+    write_json,
+)
 
 DEFAULT_OUT = OUT_DIR / "gateway.json"
 DEFAULT_CONCURRENCY = (1, 8, 32)
@@ -235,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        "concurrency": args.concurrency}}
     options = bench_recall.SMALL_SERVER if small else None
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-gateway-") as tmp:
-        workdir = Path(tmp)
+        workdir = let_service_user_in(Path(tmp))
         with watch("seed_or_open"), seeding.seeded_cluster(
                 keep if keep is not None else workdir / "cluster", **sizes,
                 load_options=options, serve_options=options) as (url, info):

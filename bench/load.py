@@ -44,7 +44,15 @@ from sqlalchemy import text
 
 from bench import recall as bench_recall
 from bench import scale as seeding
-from bench.common import OUT_DIR, Stopwatch, format_table, machine_info, now_iso, write_json
+from bench.common import (
+    OUT_DIR,
+    Stopwatch,
+    format_table,
+    let_service_user_in,
+    machine_info,
+    now_iso,
+    write_json,
+)
 
 DEFAULT_OUT = OUT_DIR / "load.json"
 DEFAULT_CHART = OUT_DIR / "load.png"
@@ -305,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {"benchmark": "load", "date": now_iso(), "machine": machine_info(),
                               "args": {k: str(v) for k, v in vars(args).items()}}
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-load-") as tmp:
-        workdir = Path(tmp)
+        workdir = let_service_user_in(Path(tmp))
         with watch("seed_or_open"), seeding.seeded_cluster(
                 keep if keep is not None else workdir / "cluster", **sizes,
                 load_options=options, serve_options=options) as (url, info):

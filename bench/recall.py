@@ -56,6 +56,7 @@ from bench.common import (
     Stopwatch,
     Timer,
     format_table,
+    let_service_user_in,
     machine_info,
     now_iso,
     progress,
@@ -628,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     keep = args.keep
     if keep is not None and keep == Path():
         keep = OUT_DIR / f"scale-{args.scale}"
-    workdir = Path(tempfile.mkdtemp(prefix="memoryd-bench-recall-"))
+    workdir = let_service_user_in(Path(tempfile.mkdtemp(prefix="memoryd-bench-recall-")))
     data_dir = keep if keep is not None else workdir / "cluster"
     watch = Stopwatch()
     report = new_report(args)

@@ -34,6 +34,7 @@ from bench.common import (
     OUT_DIR,
     embedded_postgres,
     format_table,
+    let_service_user_in,
     machine_info,
     now_iso,
     write_json,
@@ -230,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "visibility_timeout_s": get_settings().visibility_timeout_s,
                               "results": {}}
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-recovery-") as tmp, \
-            embedded_postgres() as db_url, brokers(Path(tmp), not args.no_rabbitmq) as found:
+            embedded_postgres() as db_url, \
+            brokers(let_service_user_in(Path(tmp)), not args.no_rabbitmq) as found:
         migrated = MemoryStore(db_url)
         migrated.migrate()
         migrated.close()

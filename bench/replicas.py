@@ -38,6 +38,7 @@ from bench.common import (
     OUT_DIR,
     REPO_ROOT,
     format_table,
+    let_service_user_in,
     machine_info,
     now_iso,
     progress,
@@ -163,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {"benchmark": "replicas", "date": now_iso(), "commit": commit(),
                               "machine": machine_info(), "args": vars(args) | {
                                   "out": str(args.out)}}
-    workdir = Path(tempfile.mkdtemp(prefix="memoryd-bench-replicas-"))
+    workdir = let_service_user_in(Path(tempfile.mkdtemp(prefix="memoryd-bench-replicas-")))
     try:
         with replicated(workdir) as (primary, standby, redis_url):
             on_primary = MemoryStore(primary.url(), settings=Settings(database_replica_urls=""))

@@ -30,6 +30,7 @@ from bench.common import (
     Timer,
     embedded_postgres,
     format_table,
+    let_service_user_in,
     machine_info,
     now_iso,
     progress,
@@ -329,7 +330,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     raw_batch = max(RAW_BATCH_SIZES, key=lambda s: sweep[str(s)])
     raw_seconds = [raw_pass(single_texts, raw_batch, "raw embedding (before)")]
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-store-") as tmp_dir, \
-            services(Path(tmp_dir), CONCURRENCY, args.store_batch) as broker, \
+            services(let_service_user_in(Path(tmp_dir)), CONCURRENCY, args.store_batch) as broker, \
             MemoryClient(broker_url=broker, timeout=RESULT_TIMEOUT_S) as client:
         warm_up(client, CONCURRENCY)
         single = run_single(client, single_texts, single_agents)

@@ -30,8 +30,29 @@ def is_rabbitmq(url: str) -> bool:
     return url.startswith(AMQP_SCHEMES)
 
 
+# Root's data directory: run as root, memoryd's services run as the ``memoryd`` service
+# user, which cannot reach /root (0700); a system service keeps its state here (FHS).
+SYSTEM_DATA_DIR = "/var/lib/memoryd"
+# What a data directory holds once a stack or a command used it: PostgreSQL's and Redis's
+# folders, the lock of ``memoryd up`` and ``memoryd run`` (``memoryd.cli.stack_dir``).
+_STACK_MARKS = ("postgres", "redis", "memoryd.lock")
+
+
 def default_data_dir() -> Path:
-    return Path(platformdirs.user_data_dir("memoryd"))
+    """The user's data directory (``~/.local/share/memoryd``). Run as root, the system's
+    (``system_data_dir``), unless root's own holds a stack an older memoryd made there:
+    that install keeps its data. Every command decides the same way, so ``up``,
+    ``status``, ``keys`` and the client all find one directory."""
+    own = Path(platformdirs.user_data_dir("memoryd"))
+    if os.geteuid() != 0 or any((own / mark).exists() for mark in _STACK_MARKS):
+        return own
+    return system_data_dir()
+
+
+def system_data_dir() -> Path:
+    """Root's default data directory: ``/var/lib/memoryd``, or ``MEMORYD_SYSTEM_DATA_DIR``
+    (tests start a default stack as root without touching the machine's)."""
+    return Path(os.environ.get("MEMORYD_SYSTEM_DATA_DIR") or SYSTEM_DATA_DIR)
 
 
 class Settings(BaseSettings):
@@ -50,7 +71,14 @@ class Settings(BaseSettings):
     result_backend: str | None = Field(None, description="Celery result backend; unset = broker")
     data_dir: Path = Field(default_factory=default_data_dir,
                            description="embedded PostgreSQL and Redis data, the beat schedule, "
-                                       "`runtime.json`, `admin.key`, `flower.login`")
+                                       "`runtime.json`, `admin.key`, `flower.login`. Run as "
+                                       "root, unset = `/var/lib/memoryd` "
+                                       "(`MEMORYD_SYSTEM_DATA_DIR` moves it), which the "
+                                       "service user can reach, unless root's "
+                                       "`~/.local/share/memoryd` holds a stack an older "
+                                       "memoryd made",
+                           json_schema_extra={"shown_default": "`~/.local/share/memoryd` "
+                                                               "(as root `/var/lib/memoryd`)"})
     embedded_pg_port: int | None = Field(None, ge=1024, le=65535,
                                          description="port of the embedded PostgreSQL; "
                                                      "unset = a free port, remembered")

@@ -16,16 +16,24 @@ from typing import IO, Literal, overload
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+# A folder memoryd makes on the way to a directory another user (the service user) must
+# reach: enter, not list. Only folders memoryd creates get it; existing ones keep theirs.
+PASSABLE_DIR_MODE = 0o711
 # For child processes that create files of their own (Redis's append-only files).
 UMASK = 0o077
 
 
-def private_dir(path: Path) -> Path:
-    """``path``, created if missing (with any missing parent) and closed to everyone but
-    its owner."""
+def private_dir(path: Path, parent_mode: int = DIR_MODE) -> Path:
+    """``path``, created if missing and closed to everyone but its owner. A missing parent
+    is created too, with ``parent_mode`` (set whatever the umask)."""
     missing = [p for p in (path, *path.parents) if not p.exists()]
     for folder in reversed(missing):
-        folder.mkdir(mode=DIR_MODE, exist_ok=True)
+        try:
+            folder.mkdir(mode=DIR_MODE)
+        except FileExistsError:  # made meanwhile by someone else: left as it is
+            continue
+        if folder != path:
+            folder.chmod(parent_mode)
     path.chmod(DIR_MODE)
     return path
 

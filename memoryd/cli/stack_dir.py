@@ -20,7 +20,7 @@ from typing import Any
 
 from memoryd.config import Settings
 from memoryd.errors import DataDirInUse
-from memoryd.private_files import private_dir
+from memoryd.private_files import DIR_MODE, PASSABLE_DIR_MODE, private_dir
 
 LOCK_NAME = "memoryd.lock"
 
@@ -30,7 +30,9 @@ def hold(settings: Settings, command: str) -> Iterator[None]:
     """Hold the data directory for ``command`` (``up``, ``run``), or raise
     ``DataDirInUse`` at once, saying who holds it, without touching anything of theirs."""
     data_dir = settings.data_dir
-    private_dir(data_dir)
+    # Run as root, the service user must get through the folders made on the way (memoryd
+    # never opens one that existed): the embedded servers are its.
+    private_dir(data_dir, parent_mode=PASSABLE_DIR_MODE if os.geteuid() == 0 else DIR_MODE)
     fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:

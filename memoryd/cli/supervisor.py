@@ -38,13 +38,12 @@ from memoryd.cli.nodes import CRASH_LOOP, Restarts
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
     SERVICE_USER,
-    check_reachable,
-    hand_over,
-    hand_over_parents,
     hand_over_tree,
+    open_install_parents,
     port_open,
     run_as_service_user,
     running_as_root,
+    server_dir,
     service_user,
 )
 from memoryd.errors import EmbeddedServiceError
@@ -104,8 +103,8 @@ class Stack:
         # below.
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.default_int_handler)
-        if running_as_root():  # before anything changes: nothing to undo
-            check_reachable(settings.data_dir, service_user())
+        if running_as_root():  # refused before anything changes: nothing to undo
+            server_dir(settings.data_dir)  # the service user's, before its servers start
         # Held before anything starts: a second stack on this directory is refused
         # without touching this one's services or runtime.json.
         with stack_dir.hold(settings, "up"):
@@ -170,23 +169,23 @@ class Stack:
 
     def _service_account(self) -> dict[str, object]:
         """As root, the children run as the service user the embedded PostgreSQL runs as
-        (Celery warns about workers with superuser rights, and they need none): it gets
-        the data directory's top level, the model cache, the beat schedule and a home of
-        its own (onnxruntime keeps a file under it)."""
+        (Celery warns about workers with superuser rights, and they need none): it has
+        the data directory's top level (``run``), and gets the model cache, the beat
+        schedule and a home of its own (onnxruntime keeps a file under it)."""
         if not running_as_root():
             return {}
         user = service_user()
-        data_dir = get_settings().data_dir
-        hand_over(private_dir(data_dir), user)
+        data_dir = server_dir(get_settings().data_dir)
         for sub in ("models", "home"):
             private_dir(data_dir / sub)
             hand_over_tree(data_dir / sub, user)
         for schedule in data_dir.glob("celerybeat-schedule*"):
             os.chown(schedule, user.pw_uid, user.pw_gid)
         # The interpreter may live under a private home (pyenv in /root): let the service
-        # user through its parents, as the embedded PostgreSQL's binaries are.
+        # user through its parents, as the embedded PostgreSQL's binaries are. Installed
+        # code, never data: nothing above the data directory is opened.
         for installed in (Path(sys.executable).resolve(), Path(sys.prefix).resolve()):
-            hand_over_parents(installed)
+            open_install_parents(installed)
         return run_as_service_user()
 
     def _migrate(self, env: dict[str, str]) -> None:

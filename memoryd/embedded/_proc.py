@@ -12,8 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from memoryd.config import system_data_dir
 from memoryd.errors import EmbeddedServiceError
-from memoryd.private_files import close, close_tree, open_private, private_dir
+from memoryd.private_files import (
+    PASSABLE_DIR_MODE,
+    close,
+    close_tree,
+    open_private,
+    private_dir,
+)
 
 SERVICE_USER = "memoryd"
 
@@ -64,33 +71,44 @@ def service_user() -> pwd.struct_passwd:
 
 
 def hand_over(path: Path, user: pwd.struct_passwd) -> None:
-    """Give ``path`` to ``user``, closed to everyone else (0700, 0600), and let the user
-    reach it: a parent it cannot enter gets o+x (enter, not list). memoryd's commands
-    check their data directory first (``check_reachable``), so this opens nothing above
-    it; a program that gives an embedded server a directory of its own opens that
-    directory's parents."""
+    """Give ``path`` to ``user``, closed to everyone else (0700, 0600). Nothing above it
+    changes: ``server_dir`` made sure the user reaches it."""
     os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
     close(path)
-    hand_over_parents(path, user)
+
+
+def server_dir(path: Path) -> Path:
+    """``path``, a directory of memoryd's own (the data directory, an embedded server's),
+    created closed (0700) if missing and, run as root, the service user's. memoryd never
+    changes a directory above it: one the user may not enter is refused
+    (``check_reachable``) before anything is made; only the folders memoryd creates on
+    the way let it through (enter, not list), which loosens nothing that existed."""
+    if not running_as_root():
+        return private_dir(path)
+    user = service_user()
+    check_reachable(path, user)
+    private_dir(path, parent_mode=PASSABLE_DIR_MODE)
+    hand_over(path, user)
+    return path
 
 
 def check_reachable(path: Path, user: pwd.struct_passwd) -> None:
-    """Raise ``EmbeddedServiceError`` naming the first directory above the data directory
-    ``path`` that ``user`` may not enter. memoryd never opens one itself: o+x on a home
-    directory (or any other) lets every local user through it, not only the service
-    user."""
+    """Raise ``EmbeddedServiceError`` naming the first directory above ``path`` (a data
+    directory, or the directory a program gave an embedded server) that ``user`` may not
+    enter. memoryd never opens one itself: o+x on a home directory (or any other) lets
+    every local user through it, not only the service user."""
     groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
     for parent in reversed(path.absolute().parents):
-        if not parent.exists():  # memoryd makes it, and the ones below, for the data
+        if not parent.exists():  # memoryd makes it, and the ones below, passable
             return
         if not _may_enter(parent.stat(), user.pw_uid, groups):
             raise EmbeddedServiceError(
                 f"run as root, memoryd runs its servers and workers as the {user.pw_name!r} "
                 f"user, which may not enter {parent} (above {path}), and memoryd never "
-                f"changes the permissions of the directories above its data directory: "
-                f"set MEMORYD_DATA_DIR to a directory that user can reach (such as "
-                f"/var/lib/memoryd), or let it through yourself (chmod o+x {parent}, or "
-                f"setfacl -m u:{user.pw_name}:x {parent})")
+                f"changes the permissions of a directory above the one it is given: use a "
+                f"directory that user can reach (MEMORYD_DATA_DIR; unset, run as root it "
+                f"is {system_data_dir()}), or let it through yourself (chmod o+x {parent}, "
+                f"or setfacl -m u:{user.pw_name}:x {parent})")
 
 
 def _may_enter(info: os.stat_result, uid: int, groups: set[int]) -> bool:
@@ -127,15 +145,15 @@ def ensure_readable_tree(root: Path) -> None:
         wanted = mode | stat.S_IROTH | (stat.S_IXOTH if mode & stat.S_IXUSR else 0)
         if wanted != mode:
             entry.chmod(wanted)
-    hand_over_parents(root)
+    open_install_parents(root)
 
 
-def hand_over_parents(path: Path, user: pwd.struct_passwd | None = None) -> None:
-    """Let another user (``user``, or anyone) enter every parent of ``path``; parents
-    ``user`` owns already stay closed."""
+def open_install_parents(path: Path) -> None:
+    """Let every user enter (o+x: not list) each parent of ``path``, an installed program
+    the service user runs (the Python environment, the embedded PostgreSQL's binaries),
+    never a data directory: installed code holds no secret, and the user cannot run it
+    otherwise (a virtual environment under /root)."""
     for parent in path.parents:
         info = parent.stat()
-        if user is not None and info.st_uid == user.pw_uid and info.st_mode & stat.S_IXUSR:
-            continue
         if not info.st_mode & stat.S_IXOTH:
             parent.chmod(info.st_mode | stat.S_IXOTH)

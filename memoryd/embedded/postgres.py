@@ -36,13 +36,13 @@ import structlog
 
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
-    check_reachable,
     ensure_readable_tree,
     file_lock,
     free_port,
     hand_over,
     run_as_service_user,
     running_as_root,
+    server_dir,
     service_user,
 )
 from memoryd.errors import EmbeddedServiceError
@@ -50,7 +50,6 @@ from memoryd.private_files import (
     UMASK,
     close,
     open_private,
-    private_dir,
     read_or_create_secret,
     write_private,
 )
@@ -87,7 +86,9 @@ def bin_dir() -> Path:
 
 
 class EmbeddedPostgres:
-    """One PostgreSQL server rooted at ``data_dir`` (holding ``pgdata/``)."""
+    """One PostgreSQL server rooted at ``data_dir`` (holding ``pgdata/``). Run as root, the
+    server runs as the service user, who gets ``data_dir``; memoryd changes nothing above
+    it, so that user must be able to enter every directory above it that exists."""
 
     def __init__(self, data_dir: Path, port: int | None = None,
                  server_options: dict[str, str] | None = None) -> None:
@@ -104,10 +105,11 @@ class EmbeddedPostgres:
     @classmethod
     def from_settings(cls) -> EmbeddedPostgres:
         """The server of the settings' data directory. As root, the service user that
-        runs it must reach that directory already: memoryd opens nothing above it."""
+        runs it gets that directory (``server_dir``), which it must reach already:
+        memoryd opens nothing above it."""
         settings = get_settings()
         if running_as_root():
-            check_reachable(settings.data_dir, service_user())
+            server_dir(settings.data_dir)
         return cls(settings.data_dir / "postgres", settings.embedded_pg_port)
 
     # --- public -------------------------------------------------------------
@@ -226,10 +228,8 @@ class EmbeddedPostgres:
 
     # --- internals ------------------------------------------------------------
     def _prepare_dir(self, path: Path) -> None:
-        """``path`` closed (0700), and as root the service user's."""
-        private_dir(path)
-        if running_as_root():
-            hand_over(path, service_user())
+        """``path`` closed (0700), and as root the service user's (``server_dir``)."""
+        server_dir(path)
 
     def _run_as(self) -> dict[str, object]:
         """As root, the server's binaries run as the service user, who must read them."""

@@ -24,6 +24,7 @@ from memoryd.embedded._proc import (
     port_open,
     run_as_service_user,
     running_as_root,
+    server_dir,
     service_user,
 )
 from memoryd.errors import EmbeddedServiceError
@@ -31,7 +32,6 @@ from memoryd.private_files import (
     UMASK,
     close_tree,
     open_private,
-    private_dir,
     read_or_create_secret,
     write_private,
 )
@@ -55,7 +55,9 @@ def redis_server_binary() -> str:
 
 
 class EmbeddedRedis:
-    """A redis-server child process; stopped with ``stop()``."""
+    """A redis-server child process; stopped with ``stop()``. Run as root, it runs as the
+    service user, who gets ``data_dir``; memoryd changes nothing above it, so that user
+    must be able to enter every directory above it that exists."""
 
     def __init__(self, data_dir: Path, port: int | None = None) -> None:
         self.data_dir = Path(data_dir)
@@ -91,7 +93,7 @@ class EmbeddedRedis:
     @property
     def password(self) -> str:
         if not self.data_dir.exists():
-            private_dir(self.data_dir)
+            server_dir(self.data_dir)
         return read_or_create_secret(self.password_file)
 
     @property
@@ -99,7 +101,7 @@ class EmbeddedRedis:
         return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> str:
-        private_dir(self.data_dir)
+        server_dir(self.data_dir)
         close_tree(self.data_dir)  # files an older version left open to all
         if port_open(self.port):
             if self._configured_port or self._proc is not None:  # a restart keeps its port

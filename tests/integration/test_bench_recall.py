@@ -14,6 +14,7 @@ import pytest
 from bench import recall as bench_recall
 from bench import scale
 from memoryd.config import reset_settings
+from tests.support.service_user import opened_for_service_user
 
 
 def test_sentences_are_deterministic_distinct_and_unlike_queries() -> None:
@@ -40,6 +41,7 @@ def test_layout_and_percentiles() -> None:
 
 @pytest.mark.slow
 def test_recall_benchmark_end_to_end(tmp_path: Path) -> None:
+    opened_for_service_user(tmp_path)  # the seeded cluster's server lives below it
     out, chart, keep = tmp_path / "recall.json", tmp_path / "recall.png", tmp_path / "cluster"
     argv = ["--scale", "300", "--queries", "20", "--no-client", "--keep", str(keep),
             "--out", str(out), "--chart", str(chart)]
@@ -136,6 +138,7 @@ def index_line(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
 def test_size_sweep_and_neighbour_case_end_to_end(tmp_path: Path, index_line: int) -> None:
     from memoryd.memory.agent_indexes import index_name
 
+    opened_for_service_user(tmp_path)  # the seeded cluster's server lives below it
     out, chart, keep = tmp_path / "recall.json", tmp_path / "recall.png", tmp_path / "cluster"
     argv = ["--scale", "3000", "--queries", "10", "--no-client", "--keep", str(keep),
             "--out", str(out), "--chart", str(chart),

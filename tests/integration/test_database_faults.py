@@ -30,6 +30,7 @@ from memoryd.tasks.base import MemorydTask
 from memoryd.types import StoreResult
 from memoryd.worker import app
 from tests.support.locks import lock_waiters
+from tests.support.service_user import opened_for_service_user
 from tests.support.workers import redis_db_url
 
 pytestmark = pytest.mark.slow
@@ -42,7 +43,7 @@ DOWN_S = 5.0
 
 @pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[tuple[EmbeddedPostgres, MemoryStore]]:
-    server = EmbeddedPostgres(tmp_path / "postgres")
+    server = EmbeddedPostgres(opened_for_service_user(tmp_path) / "postgres")
     store = MemoryStore(server.ensure_running())
     store.migrate()
     try:

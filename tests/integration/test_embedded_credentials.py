@@ -23,6 +23,7 @@ from memoryd.embedded._proc import free_port
 from memoryd.embedded.postgres import APP_ROLE, HBA, OWNER, EmbeddedPostgres, bin_dir
 from memoryd.embedded.redis import EmbeddedRedis, redis_server_binary
 from memoryd.memory.store import MemoryStore
+from tests.support.service_user import opened_for_service_user
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to nobody needs root")
 
@@ -128,6 +129,7 @@ def test_another_local_user_can_read_nothing_in_the_data_directory(
 
 
 def test_every_folder_and_file_of_the_embedded_services_is_private(tmp_path: Path) -> None:
+    opened_for_service_user(tmp_path)
     # What an older version left open to all is closed on the next start, too.
     (tmp_path / "postgres").mkdir(mode=0o755)
     (tmp_path / "redis").mkdir(mode=0o755)
@@ -190,7 +192,7 @@ def _make_it_an_older_trust_cluster(server: EmbeddedPostgres) -> None:
 
 def test_a_cluster_an_older_memoryd_made_with_trust_is_converted_on_start(
         tmp_path: Path) -> None:
-    server = EmbeddedPostgres(tmp_path / "postgres")
+    server = EmbeddedPostgres(opened_for_service_user(tmp_path) / "postgres")
     try:
         store = MemoryStore(server.ensure_running())
         store.migrate()

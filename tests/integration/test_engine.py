@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 from memoryd.config import override_settings
 from memoryd.db import engine as engine_mod
 from memoryd.db.engine import make_engine, session_scope
+from tests.support.service_user import opened_for_service_user
 
 
 def _backend_pid(engine: Engine) -> int:
@@ -63,7 +64,7 @@ def test_database_url_uses_the_embedded_postgres_until_released(tmp_path: Path) 
     user (here a second holder of the same data directory) still needs it."""
     from memoryd.embedded import postgres
 
-    server = postgres.EmbeddedPostgres(tmp_path / "postgres")
+    server = postgres.EmbeddedPostgres(opened_for_service_user(tmp_path) / "postgres")
     try:
         with override_settings(data_dir=str(tmp_path), database_url=None):
             url = engine_mod.database_url()

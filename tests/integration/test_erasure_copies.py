@@ -23,6 +23,7 @@ from memoryd.redaction import agent_digest
 from memoryd.worker.app import create_app
 from tests.support.flower import FlowerProcess
 from tests.support.gateway import GatewayProcess, bearer, make_key
+from tests.support.service_user import opened_for_service_user
 from tests.support.workers import WorkerProcess, memoryd_env
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ class Stack:
 
 @pytest.fixture
 def stack(pg_url: str, tmp_path: Path) -> Iterator[Stack]:
-    redis_server = EmbeddedRedis(tmp_path / "redis")
+    redis_server = EmbeddedRedis(opened_for_service_user(tmp_path) / "redis")
     env = memoryd_env(pg_url, redis_server.start())
     logs = [tmp_path / f"{name}.log" for name in ("worker", "gateway", "flower")]
     worker = WorkerProcess(env, logs[0], queues="memory", concurrency=1)

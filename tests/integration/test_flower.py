@@ -22,6 +22,7 @@ from memoryd.config import Settings
 from memoryd.embedded.redis import EmbeddedRedis
 from memoryd.worker.app import create_app
 from tests.support.flower import FlowerProcess
+from tests.support.service_user import opened_for_service_user
 from tests.support.workers import WorkerProcess, memoryd_env
 
 pytestmark = pytest.mark.slow
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = EmbeddedRedis(tmp_path_factory.mktemp("flower-broker") / "redis")
+    broker_dir = opened_for_service_user(tmp_path_factory.mktemp("flower-broker"))
+    server = EmbeddedRedis(broker_dir / "redis")
     url = server.start()
     yield url
     server.stop()

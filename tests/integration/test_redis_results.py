@@ -17,11 +17,13 @@ from memoryd.broker.redis_results import ResultBackend, worker_backend
 from memoryd.config import Settings
 from memoryd.embedded.redis import EmbeddedRedis
 from memoryd.worker.app import create_app
+from tests.support.service_user import opened_for_service_user
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    redis_server = EmbeddedRedis(tmp_path_factory.mktemp("results") / "redis")
+    redis_server = EmbeddedRedis(
+        opened_for_service_user(tmp_path_factory.mktemp("results")) / "redis")
     redis_server.start()
     yield redis_server
     redis_server.stop()

@@ -21,11 +21,13 @@ from memoryd.celery_config import CONTENT_RESULT_EXPIRES_S
 from memoryd.config import Settings
 from memoryd.embedded.redis import EmbeddedRedis
 from memoryd.worker.app import create_app
+from tests.support.service_user import opened_for_service_user
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    redis_server = EmbeddedRedis(tmp_path_factory.mktemp("results-erasure") / "redis")
+    redis_server = EmbeddedRedis(
+        opened_for_service_user(tmp_path_factory.mktemp("results-erasure")) / "redis")
     redis_server.start()
     yield redis_server
     redis_server.stop()

@@ -26,6 +26,7 @@ from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.errors import NotFound
 from memoryd.memory.store import MemoryStore
 from memoryd.process import SLOTS
+from tests.support.service_user import opened_for_service_user
 from tests.support.wire import round_trips, wire
 from tests.support.workers import redis_db_url
 
@@ -78,7 +79,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root: Path = tmp_path_factory.mktemp("replicated")
+    root: Path = opened_for_service_user(tmp_path_factory.mktemp("replicated"))
     primary = EmbeddedPostgres(root / "primary")
     primary.ensure_running()
     try:

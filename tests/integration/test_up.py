@@ -31,6 +31,7 @@ from memoryd.config import Settings
 from memoryd.embedded._proc import SERVICE_USER, port_open
 from memoryd.schedules.names import JOB_NAMES as JOBS
 from tests.conftest import TEST_HOME
+from tests.support.service_user import opened_for_service_user
 
 pytestmark = pytest.mark.slow
 
@@ -135,10 +136,7 @@ def reachable_data_dir() -> Path:
     Beside the session's servers, not under pytest's ``tmp_path``: every pytest session
     that starts on the machine makes pytest's temporary root private again, which cut a
     running stack off from its files."""
-    parent = Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME))
-    if os.geteuid() == 0:
-        for folder in (TEST_HOME, parent):
-            folder.chmod(0o711)  # enter, not list
+    parent = opened_for_service_user(Path(tempfile.mkdtemp(prefix="up-", dir=TEST_HOME)))
     return parent / "up-data"
 
 
@@ -553,6 +551,57 @@ def test_as_root_up_below_a_directory_the_service_user_cannot_enter_is_refused_u
     assert f"chmod o+x {closed}" in line and "MEMORYD_DATA_DIR" in line
     assert {folder: folder.stat().st_mode for folder in modes} == modes
     assert not data_dir.exists()
+
+
+def _above(path: Path) -> dict[Path, tuple[int, int, int]]:
+    """Mode and owners of every directory above ``path`` that exists."""
+    return {folder: (info.st_mode, info.st_uid, info.st_gid) for folder in path.parents
+            if folder.exists() and (info := folder.stat())}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the service user exists for root only")
+def test_as_root_a_default_up_keeps_its_data_in_the_system_directory_where_every_command_finds_it(
+        ) -> None:
+    """``./dev up`` as root, no MEMORYD_DATA_DIR: root's home is private (0700), so the
+    stack keeps its data in the system's directory (/var/lib/memoryd; here a stand-in),
+    which the service user can reach. Nothing above it changes and nothing lands in the
+    home; ``status`` and the client, given no data directory either, find the stack."""
+    root = opened_for_service_user(Path(tempfile.mkdtemp(prefix="up-root-", dir=TEST_HOME)))
+    home, var_lib = root / "root", root / "var" / "lib"
+    home.mkdir(mode=0o700)
+    var_lib.mkdir(parents=True)
+    system = var_lib / "memoryd"
+    env = _clean_env(HOME=str(home), MEMORYD_SYSTEM_DATA_DIR=str(system))
+    env.pop("XDG_DATA_HOME", None)
+    before, home_mode = _above(system), home.stat().st_mode
+    log_path = root / "up.log"
+    with log_path.open("wb") as log:
+        up = subprocess.Popen([sys.executable, "-m", "memoryd", "up", "--no-flower",
+                               "--gateway-port", str(_port())], env=env,
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    try:
+        runtime = _wait_for_runtime(up, system, log_path)
+        assert runtime["pid"] == up.pid
+        _wait_until_up(up, log_path, time.monotonic() + START_TIMEOUT_S)
+        for command, shown in ((("status", "--json"), '"workers"'),
+                               (("store", "agent-1", "Kept in the system directory"),
+                                "stored ")):
+            done = subprocess.run([sys.executable, "-m", "memoryd", *command], env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            assert done.returncode == 0 and shown in done.stdout, (command, done)
+        info = system.stat()
+        assert (stat.S_IMODE(info.st_mode), info.st_uid) == (
+            0o700, pwd.getpwnam(SERVICE_USER).pw_uid)
+        assert _above(system) == before
+        assert home.stat().st_mode == home_mode and list(home.iterdir()) == []
+        os.killpg(up.pid, signal.SIGINT)
+        assert up.wait(STOP_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
+        _nothing_left(system, set(runtime["children"].values()))
+    finally:
+        _reap(up)
+        stop_leftovers(system)
 
 
 @pytest.mark.parametrize("taken", ["--gateway-port", "--flower-port"])

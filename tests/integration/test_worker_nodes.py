@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support.service_user import opened_for_service_user
 from tests.support.workers import memoryd_env
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.slow
 def own_redis(tmp_path: Path) -> Iterator[str]:
     from memoryd.embedded.redis import EmbeddedRedis
 
-    server = EmbeddedRedis(tmp_path / "redis")
+    server = EmbeddedRedis(opened_for_service_user(tmp_path) / "redis")
     try:
         yield server.start()
     finally:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.private_files import (
+    PASSABLE_DIR_MODE,
     close_tree,
     open_private,
     private_dir,
@@ -86,3 +87,16 @@ def test_missing_parents_of_a_private_folder_are_private_too(
     private_dir(tmp_path / "data" / "postgres")
     assert mode(tmp_path / "data") == 0o700 and mode(tmp_path / "data" / "postgres") == 0o700
     assert mode(tmp_path) == 0o755  # a parent that was there is not memoryd's to close
+
+
+def test_folders_made_on_the_way_get_the_mode_asked_for_and_folders_that_were_there_keep_theirs(
+        tmp_path: Path) -> None:
+    previous = os.umask(0o077)  # a umask that would close them: the mode is set anyway
+    try:
+        tmp_path.chmod(0o700)
+        private_dir(tmp_path / "made" / "too" / "data", parent_mode=PASSABLE_DIR_MODE)
+    finally:
+        os.umask(previous)
+    assert mode(tmp_path / "made") == mode(tmp_path / "made" / "too") == 0o711
+    assert mode(tmp_path / "made" / "too" / "data") == 0o700
+    assert mode(tmp_path) == 0o700
