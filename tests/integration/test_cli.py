@@ -23,6 +23,7 @@ from sqlalchemy import text
 from memoryd.memory.store import MemoryStore
 from tests.conftest import TEST_HOME
 from tests.support.cli import as_json, memoryd
+from tests.support.service_user import opened_for_service_user
 
 pytestmark = pytest.mark.slow
 
@@ -461,7 +462,8 @@ def _something_on_redis_default_port() -> Iterator[None]:
     if port_open(6379):
         yield
         return
-    redis = EmbeddedRedis(Path(tempfile.mkdtemp(dir=TEST_HOME)) / "redis-6379", 6379)
+    own = opened_for_service_user(Path(tempfile.mkdtemp(dir=TEST_HOME)))
+    redis = EmbeddedRedis(own / "redis-6379", 6379)
     redis.start()
     try:
         yield
