@@ -18,6 +18,7 @@ from memoryd.client import MemoryClient
 from memoryd.errors import DeadLettered
 from memoryd.memory import dead_letters
 from memoryd.memory.store import MemoryStore
+from memoryd.redaction import agent_digest
 from tests.support.cli import as_json, memoryd
 from tests.support.workers import memoryd_env, redis_db_url
 
@@ -60,7 +61,9 @@ def test_a_message_that_kills_its_worker_becomes_a_dead_letter_and_can_be_retrie
     assert letter.kwargs["query"] == SECRET_QUERY and letter.kwargs["mode"] == "deep"
     log = poisoned.log_tail(1_000_000)
     warning = next(line for line in log.splitlines() if "task.dead_lettered" in line)
-    assert agent in warning and "memoryd.recall" in warning
+    # The log names the agent by its hash (as the erasure audit does), never its id.
+    assert agent_digest(agent) in warning and "memoryd.recall" in warning
+    assert agent not in log
     assert SECRET_QUERY not in log  # never the content, anywhere in the worker's log
 
     env = memoryd_env(pg_url, broker)
