@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -33,7 +32,7 @@ from memoryd.errors import MemorydError, ValidationError
 from memoryd.gateway import access, admin, mcp_tools, problems, routes, schema
 from memoryd.gateway.accepted import AcceptedTasks
 from memoryd.gateway.body_limit import BodyLimitMiddleware, BodyTooLarge, RawTextMiddleware
-from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware, route_label
+from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware, route_label, served
 
 READY_TIMEOUT_S = 2.0
 # How deep an MCP message may nest: a tool's argument nested deeper than an HTTP body
@@ -165,19 +164,7 @@ class AccessLog:
         # Not reset: the request's task ends with it, and the 500 answered outside this
         # middleware is logged with it.
         mlog.bind(request_id=uuid.uuid4().hex)
-        started = time.perf_counter()
-        status = 500  # what the caller sees if the app fails before it answers
-
-        async def record_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, record_status)
-        finally:
-            self._write(scope, status, time.perf_counter() - started)
+        await served(self.app, scope, receive, send, self._write)
 
     def _write(self, scope: Scope, status: int, duration_s: float) -> None:
         # Off unless uvicorn's --access-log left the logger a handler (or its root's).

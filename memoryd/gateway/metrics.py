@@ -9,7 +9,7 @@ is ``unmatched``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -72,18 +72,29 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
-        status = 500  # what the caller sees if the app fails before it answers
+        await served(self.app, scope, receive, send, self._count)
 
-        async def record_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
+    def _count(self, scope: Scope, status: int, seconds: float) -> None:
+        method, route = scope["method"], route_label(scope, self.routes)
+        self.metrics.requests.labels(method, route, str(status)).inc()
+        self.metrics.latency.labels(method, route).observe(seconds)
 
-        try:
-            await self.app(scope, receive, record_status)
-        finally:
-            method, route = scope["method"], route_label(scope, self.routes)
-            self.metrics.requests.labels(method, route, str(status)).inc()
-            self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+
+async def served(app: ASGIApp, scope: Scope, receive: Receive, send: Send,
+                 done: Callable[[Scope, int, float], None]) -> None:
+    """Serve one HTTP request through ``app``, then tell ``done`` the status the caller
+    saw and the seconds it took: also when the app failed (the 500 answered outside the
+    middleware), before its error goes on."""
+    started = time.perf_counter()
+    status = 500  # what the caller sees if the app fails before it answers
+
+    async def record_status(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])
+        await send(message)
+
+    try:
+        await app(scope, receive, record_status)
+    finally:
+        done(scope, status, time.perf_counter() - started)
