@@ -6,27 +6,20 @@ the memory worker, the maintenance worker, beat and Flower (behind a login) as c
 processes, and stops all of it on Ctrl-C (or SIGTERM). One stack per data directory:
 a second start there is refused before it starts anything.
 
-Once up, it keeps the stack up: a child or embedded server that dies is started again
-after a pause that grows while it keeps dying (``memoryd.cli.nodes.Restarts``), on the
-same port, so that clients and the other children reconnect to it by themselves. Only
-a signal, or one of them dying ``CRASH_LOOP[0]`` times within ``CRASH_LOOP[1]`` seconds,
-stops everything, naming it and how it ended.
+This module starts the stack, waits until it answers, and stops it. Once up, what is
+printed and written is ``memoryd.cli.announce``'s, and keeping the children and servers
+running is ``memoryd.cli.watch``'s, until a signal or a crash loop stops everything.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import os
-import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +27,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from memoryd.cli import flower_login, stack_dir
-from memoryd.cli.nodes import CRASH_LOOP, Restarts
+from memoryd.cli.announce import Endpoints, announce, write_runtime
+from memoryd.cli.ready import await_ready
+from memoryd.cli.watch import Watch, end_leftovers, how
 from memoryd.config import get_settings
 from memoryd.embedded._proc import (
     SERVICE_USER,
@@ -47,41 +42,22 @@ from memoryd.embedded._proc import (
     service_user,
 )
 from memoryd.errors import EmbeddedServiceError
-from memoryd.private_files import private_dir, write_private
+from memoryd.private_files import private_dir
 from memoryd.process import STOP_SIGNALS
-from memoryd.redaction import scrub
 
 if TYPE_CHECKING:
-    from celery import Celery
-
     from memoryd.embedded.postgres import EmbeddedPostgres
     from memoryd.embedded.redis import EmbeddedRedis
 
 log = structlog.get_logger(__name__)
 STOP_GRACE_S = 30.0
-# How long the workers and the gateway may take to answer after they started (a first
-# start derives the embedding model; a busy machine is slower): then the stack stops.
-READY_WAIT_S = 300.0
-# What a child left behind when it died (a worker's pool or consumer processes) gets this
-# long after SIGTERM before the child starts again.
-LEFTOVER_GRACE_S = 10.0
-
-
-@dataclass
-class _Watched:
-    """One thing ``memoryd up`` keeps running: how to start it again, and how it ended
-    (None while it runs)."""
-
-    start: Callable[[], object]
-    ended: Callable[[], str | None]
-    started: float = field(default_factory=time.monotonic)
-    restart_at: float | None = None
-    leftovers_until: float = 0.0  # how long its leftovers may take to exit
-    restarts: Restarts = field(default_factory=Restarts)
 
 
 @dataclass
 class Stack:
+    """One ``memoryd up``: what it started, kept so that whatever fails later stops all
+    of it, and so that a child that dies starts again as it first did."""
+
     flower_port: int | None = 5555
     gateway_port: int | None = 8765
     log_level: str = "INFO"
@@ -93,8 +69,7 @@ class Stack:
     _run_as: dict[str, object] = field(default_factory=dict)  # as root: the service user
     _env: dict[str, str] = field(default_factory=dict)  # the children's, for restarts
     _flower_auth: str | None = None
-    _watched: dict[str, _Watched] = field(default_factory=dict)
-    _urls: tuple[str, str] = ("", "")  # database, broker: for runtime.json's rewrites
+    _endpoints: Endpoints | None = None  # for runtime.json's rewrites
 
     def run(self) -> int:
         settings = get_settings()
@@ -123,13 +98,13 @@ class Stack:
                 login = flower_login.ensure(settings.data_dir) if self.flower_port else None
                 self._env, self._flower_auth = env, login[0] if login else None
                 self._start_children()
-                self._urls = (database_url, broker_url)
+                self._endpoints = Endpoints(database_url, broker_url, self.gateway_port,
+                                            self.flower_port)
                 self._write_runtime()
-                self._await_ready(broker_url)
+                await_ready(broker_url, self.children, self.gateway_port)
                 self._stop_on_signals()  # before the banner: who reads it may stop us at once
-                self._announce(database_url, broker_url, admin_key, login)
-                self._watch()
-                self._wait()
+                announce(self._endpoints, self.children, admin_key, login)
+                self._wait(self._watch())
             finally:
                 self._stop_children()
                 runtime.unlink(missing_ok=True)
@@ -247,66 +222,9 @@ class Stack:
             self._commands()[name], env=env, stdin=subprocess.DEVNULL, process_group=0,
             **self._run_as)
 
-    def _await_ready(self, broker_url: str) -> None:
-        """Return once every worker started here answers over the broker and the
-        gateway's /readyz says 200, so that "memoryd is up" is true when it prints. A
-        child that exits meanwhile, or a wait past READY_WAIT_S, stops the stack."""
-        from celery import Celery
-
-        from memoryd.celery_config import celery_config
-
-        app = Celery("memoryd-up", set_as_current=False)
-        app.conf.update(celery_config(get_settings(), broker_url=broker_url, caller=True))
-        deadline = time.monotonic() + READY_WAIT_S
-        try:
-            while waiting := self._not_ready(app):
-                self._check_children()
-                if time.monotonic() > deadline:
-                    raise EmbeddedServiceError(
-                        f"{', '.join(waiting)} did not answer within {READY_WAIT_S:.0f} s")
-                time.sleep(0.5)
-        finally:
-            app.close()
-
-    def _not_ready(self, app: Celery) -> list[str]:
-        """The children that do not answer yet: workers by their host and pid in
-        Celery's stats (a worker answers once it consumes; a worker that runs several
-        nodes, once each of its nodes does), the gateway by its /readyz."""
-        try:
-            stats = app.control.inspect(timeout=1.0).stats() or {}
-        except Exception:  # the broker not answering yet is the same as no reply
-            stats = {}
-        here = socket.gethostname()  # Celery's %h: a shared broker may serve other hosts
-        answered = {reply.get("pid") for node, reply in stats.items()
-                    if node.partition("@")[2] == here}
-        waiting = [name for name, proc in self.children.items()
-                   if name.startswith("worker-") and not _answers(proc.pid, answered)]
-        if self.gateway_port and not self._gateway_ready():
-            waiting.append("gateway")
-        return waiting
-
-    def _gateway_ready(self) -> bool:
-        import urllib.error
-        import urllib.request
-
-        url = f"http://{_local(get_settings().gateway_host)}:{self.gateway_port}/readyz"
-        try:
-            with urllib.request.urlopen(url, timeout=2.0) as answer:
-                return bool(answer.status == 200)
-        except (urllib.error.URLError, OSError):  # not listening yet, or 503
-            return False
-
     def _write_runtime(self) -> None:
-        """runtime.json, rewritten whenever a child starts again (its pid changes; its
-        URLs do not). Private: the URLs carry the services' passwords."""
-        database_url, broker_url = self._urls
-        write_private(get_settings().runtime_file(), json.dumps({
-            "pid": os.getpid(), "database_url": database_url, "broker_url": broker_url,
-            "flower_url": f"http://127.0.0.1:{self.flower_port}" if self.flower_port else None,
-            "gateway_url": self._gateway_url(),
-            "children": {name: proc.pid for name, proc in self.children.items()},
-            "servers": self._server_pids(),
-        }, indent=2))
+        if self._endpoints is not None:
+            write_runtime(self._endpoints, self.children, self._server_pids())
 
     def _server_pids(self) -> dict[str, int | None]:
         """The embedded servers' pids (what is configured rather than embedded is not
@@ -318,142 +236,37 @@ class Stack:
             found["postgres"] = self._postgres.server_pid()
         return found
 
-    def _gateway_url(self) -> str | None:
-        host = get_settings().gateway_host
-        return f"http://{host}:{self.gateway_port}" if self.gateway_port else None
-
-    def _announce(self, database_url: str, broker_url: str,
-                  admin_key: tuple[str, bool] | None, login: tuple[str, bool] | None) -> None:
-        # Shown without their passwords (runtime.json, 0600, keeps them).
-        lines = ["", "memoryd is up:", f"  {'database':<18} {scrub(database_url)}",
-                 f"  {'broker':<18} {scrub(broker_url)}"]
-        if self.gateway_port:
-            url = self._gateway_url()
-            lines.append(f"  {'gateway':<18} {url}  (API docs {url}/docs, MCP {url}/mcp)")
-        if login is not None:
-            lines.append(f"  {'flower':<18} http://127.0.0.1:{self.flower_port}  "
-                         f"({self._login_words(*login)})")
-        lines += [f"  {name:<18} pid {proc.pid}" for name, proc in self.children.items()]
-        memoryd = stack_dir.command_hint()
-        lines += ["", f"Try:  {memoryd} store agent-1 'User prefers dark mode'",
-                  f"      {memoryd} recall agent-1 'what theme does the user like?'",
-                  "Press Ctrl-C to stop.", ""]
-        if admin_key is not None:
-            lines[-2:-2] = self._admin_lines(*admin_key)
-        print("\n".join(lines), flush=True)
-
-    def _admin_lines(self, key: str, created: bool) -> list[str]:
-        from memoryd.auth.admin_key import key_file
-
-        where = key_file(get_settings().data_dir)
-        told = ([f"Admin key (all agents; shown this once, kept in {where}):", f"  {key}"]
-                if created and _on_terminal() else [f"Admin key: in {where}"])
-        return [*told, f"      curl -H \"Authorization: Bearer $(cat {shlex.quote(str(where))})\" "
-                       f"{self._gateway_url()}/v1/agents/agent-1/memories"]
-
-    @staticmethod
-    def _login_words(login: str, created: bool) -> str:
-        where = flower_login.login_file(get_settings().data_dir)
-        if created and _on_terminal():
-            return f"login {login}, shown this once, kept in {where}"
-        return f"login in {where}"
-
     # --- lifecycle --------------------------------------------------------------
     def _stop_on_signals(self) -> None:
         for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: self._stop.set())
 
-    def _wait(self) -> None:
+    def _wait(self, watch: Watch) -> None:
         while not self._stop.wait(0.5):
-            self._supervise()
+            watch.supervise()
 
-    def _watch(self) -> None:
-        """What ``_supervise`` keeps running: every child, and the embedded servers."""
+    def _watch(self) -> Watch:
+        """What ``Watch.supervise`` keeps running: every child, and the embedded servers."""
+        watch = Watch(self.children, self._write_runtime)
         for name in self.children:
-            self._watched[name] = _Watched(functools.partial(self._spawn, name),
-                                           functools.partial(self._child_ended, name))
+            watch.child(name, functools.partial(self._spawn, name))
         if self._redis is not None:
             redis = self._redis
-            self._watched["redis"] = _Watched(redis.start, lambda: _how(redis.exit_status()))
+            watch.server("redis", redis.start, lambda: how(redis.exit_status()),
+                         lambda: redis.pid)
         if self._postgres is not None:
             postgres = self._postgres
             gone = f"is gone (its log: {postgres.log_file})"  # not our child: no status
-            self._watched["postgres"] = _Watched(
-                postgres.start_again, lambda: None if postgres.server_pid() else gone)
-
-    def _child_ended(self, name: str) -> str | None:
-        return _how(self.children[name].poll())
-
-    def _supervise(self) -> None:
-        """Start again what died once its pause is over; note what died since."""
-        for name, watched in self._watched.items():
-            if watched.restart_at is None:
-                how = watched.ended()
-                if how is not None:
-                    self._died(name, watched, how)
-            elif time.monotonic() >= watched.restart_at and self._leftovers_gone(name, watched):
-                self._restart(name, watched)
-
-    def _died(self, name: str, watched: _Watched, how: str) -> None:
-        now = time.monotonic()
-        pause = watched.restarts.died(now - watched.started, now)
-        if watched.restarts.looping():
-            count, window = CRASH_LOOP
-            log.error("up.crash_loop", process=name, how=how, deaths=count, within_s=window)
-            raise EmbeddedServiceError(f"{name} {how}, its {count}th exit within "
-                                       f"{window:.0f} s; stopping memoryd")
-        log.warning("up.exited", process=name, how=how, restart_in_s=round(pause, 1))
-        self._end_leftovers(name, signal.SIGTERM)  # warm shutdown: finish current tasks
-        watched.restart_at, watched.leftovers_until = now + pause, now + LEFTOVER_GRACE_S
-
-    def _restart(self, name: str, watched: _Watched) -> None:
-        self._end_leftovers(name, signal.SIGKILL)
-        watched.restart_at, watched.started = None, time.monotonic()
-        try:
-            watched.start()
-        except EmbeddedServiceError as exc:  # a server that could not start yet
-            self._died(name, watched, f"did not start again: {exc}")
-            return
-        log.info("up.restarted", process=name, **self._pids_of(name))
-        self._write_runtime()
-
-    def _end_leftovers(self, name: str, sig: signal.Signals) -> None:
-        """Signal what a dead child left in its process group (a worker's pool or
-        consumer processes), so that no two copies of a node run at once. The group is
-        gone once they all exited."""
-        proc = self.children.get(name)
-        if proc is not None and proc.returncode is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-
-    def _leftovers_gone(self, name: str, watched: _Watched) -> bool:
-        """Whether what a dead child left behind has exited, or had its time to (then it
-        is killed as the child starts again)."""
-        proc = self.children.get(name)
-        if proc is None or time.monotonic() >= watched.leftovers_until:
-            return True
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return True
-        return False
-
-    def _pids_of(self, name: str) -> dict[str, int | None]:
-        if name in self.children:
-            return {"pid": self.children[name].pid}
-        return {"pid": self._server_pids().get(name)}
-
-    def _check_children(self) -> None:
-        dead = [name for name, proc in self.children.items() if proc.poll() is not None]
-        if dead:
-            raise EmbeddedServiceError(f"{', '.join(dead)} exited; stopping memoryd")
+            watch.server("postgres", postgres.start_again,
+                         lambda: None if postgres.server_pid() else gone, postgres.server_pid)
+        return watch
 
     def _stop_children(self) -> None:
-        for name, proc in self.children.items():
+        for proc in self.children.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # Celery: warm shutdown, finish current tasks
             else:
-                self._end_leftovers(name, signal.SIGTERM)  # of one that waits for a restart
+                end_leftovers(proc, signal.SIGTERM)  # of one that waits for a restart
         deadline = time.monotonic() + STOP_GRACE_S
         for name, proc in self.children.items():
             try:
@@ -463,50 +276,3 @@ class Stack:
                 proc.kill()
                 proc.wait()
         self.children.clear()
-
-
-def _how(code: int | None) -> str | None:
-    """How a child ended, in words, from its exit status (None: it runs)."""
-    if code is None:
-        return None
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
-
-
-def _answers(pid: int, answered: set[object]) -> bool:
-    """Whether the worker process ``pid`` answers: itself (one node), or every node
-    it runs (its child processes; a prefork node's pool processes are not its children
-    here, they are the node's)."""
-    import psutil
-
-    if pid in answered:
-        return True
-    try:
-        nodes = [child.pid for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return False
-    return bool(nodes) and all(node in answered for node in nodes)
-
-
-def _local(host: str) -> str:
-    """``host`` as a URL names it from this machine: a server on every address is
-    reached on the loopback one."""
-    import ipaddress
-
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:  # a name
-        return host or "127.0.0.1"
-    if address.is_unspecified:
-        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
-    return f"[{address}]" if address.version == 6 else str(address)
-
-
-def _on_terminal() -> bool:
-    """Secrets are shown on a terminal only: a redirected banner (``memoryd up > up.log``)
-    says where they are kept instead of writing them into the file."""
-    return sys.stdout.isatty()
