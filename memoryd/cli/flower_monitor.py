@@ -31,6 +31,7 @@ from flower import command as flower_command
 from flower.api.tasks import GetQueueLengths, ListTasks, ListTaskTypes, TaskInfo
 from flower.api.workers import ListWorkers
 from flower.app import Flower
+from flower.events import Events
 from flower.inspector import Inspector
 from flower.urls import settings as flower_settings
 from flower.views.auth import LoginHandler, LogoutHandler
@@ -39,6 +40,7 @@ from flower.views.error import NotFoundErrorHandler
 from flower.views.monitor import Healthcheck, Metrics
 from flower.views.tasks import TasksDataTable, TasksView, TaskView
 from flower.views.workers import WorkersView, WorkerView
+from tornado import ioloop
 from tornado.options import options as flower_options
 from tornado.web import RequestHandler, StaticFileHandler
 
@@ -93,11 +95,34 @@ class SummaryInspector(Inspector):  # type: ignore[misc]
                                  if m not in UNASKED_INSPECTIONS)
 
 
+# What a task-sent event carries as its sender wrote it: a sender that does not summarise
+# (``celery call``, a hand-made ``send_task``) would put whole arguments there. The worker
+# sends its own summary of them when it receives the task (``memoryd.worker.signals``).
+SENDER_FIELDS = frozenset({"args", "kwargs"})
+
+
+class SummaryEvents(Events):  # type: ignore[misc]
+    """Flower's event receiver, keeping only the workers' summaries of task arguments.
+    Dropping them from task-sent events matters beyond the first moment: Flower merges a
+    task-sent event that arrives after the task-received one over it, fields and all."""
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "task-sent":
+            event = {key: value for key, value in event.items() if key not in SENDER_FIELDS}
+        super().on_event(event)
+
+
 class MonitoringFlower(Flower):  # type: ignore[misc]
     """Flower's app behind memoryd's gate: the login on every path, then ``SHOWN``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, *, capp: Any, options: Any, **kwargs: Any) -> None:
+        loop = ioloop.IOLoop.instance()
+        events = SummaryEvents(  # as Flower makes its own, but for the class
+            capp, db=options.db, persistent=options.persistent,
+            state_save_interval=options.state_save_interval,
+            enable_events=options.enable_events, io_loop=loop,
+            max_workers_in_memory=options.max_workers, max_tasks_in_memory=options.max_tasks)
+        super().__init__(options=options, capp=capp, events=events, io_loop=loop, **kwargs)
         self.inspector = SummaryInspector(self.io_loop, self.capp,
                                           self.options.inspect_timeout / 1000.0)
 

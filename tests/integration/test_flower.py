@@ -150,3 +150,27 @@ def test_a_workers_scheduled_task_and_a_senders_whole_arguments_stay_out_of_flow
     assert "<" in str(task["kwargs"]) and "agent_sha256" in str(task["kwargs"])
     leaks = [page.url.path for page in pages if canary in page.text or agent in page.text]
     assert leaks == []
+
+
+def test_a_task_known_only_by_its_senders_event_shows_none_of_its_arguments(
+        flower: FlowerProcess, broker: str, tmp_path: Path) -> None:
+    """A message no worker has received yet (here, on a queue nobody consumes): Flower
+    knows it from the task-sent event alone, whose arguments are the sender's own repr.
+    Flower lists the task and keeps those out; a late task-sent event would otherwise be
+    merged over the worker's summary too."""
+    canary, agent = f"canary{uuid.uuid4().hex}", f"agent-{uuid.uuid4()}"
+    app = create_app(Settings(data_dir=tmp_path, broker_url=broker))
+    try:
+        def listed() -> dict[str, Any] | None:
+            sent = app.send_task("memoryd.store", queue=f"nobody-{uuid.uuid4().hex}",
+                                 kwargs={"agent_id": agent, "content": f"the code is {canary}"})
+            time.sleep(1)
+            return flower.tasks().get(sent.id)
+        task = _until(listed, "flower to list a task from its task-sent event alone")
+        pages = [flower.get("/api/tasks"), flower.get(f"/task/{task['uuid']}"),
+                 flower.get(f"/api/task/info/{task['uuid']}")]
+    finally:
+        app.close()
+    assert task["name"] == "memoryd.store"
+    assert all(page.status_code == 200 for page in pages), [p.status_code for p in pages]
+    assert [page.url.path for page in pages if canary in page.text or agent in page.text] == []
