@@ -7,11 +7,9 @@ canary nor the agent's id."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +19,7 @@ from memoryd.embedded.redis import EmbeddedRedis
 from memoryd.memory.store import MemoryStore
 from memoryd.redaction import agent_digest
 from memoryd.worker.app import create_app
-from tests.support.flower import FlowerProcess
+from tests.support.flower import FlowerProcess, every_page, until
 from tests.support.gateway import GatewayProcess, bearer, make_key
 from tests.support.service_user import opened_for_service_user
 from tests.support.workers import WorkerProcess, memoryd_env
@@ -56,14 +54,6 @@ def stack(pg_url: str, tmp_path: Path) -> Iterator[Stack]:
         redis_server.stop()
 
 
-def _until(check: Callable[[], Any], what: str, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-    return found
-
-
 def _files_holding(root: Path, *needles: str) -> list[str]:
     return [f"{path.name}: {needle}" for path in sorted(root.rglob("*")) if path.is_file()
             for needle in needles if needle.encode() in path.read_bytes()]
@@ -82,21 +72,11 @@ def _fill(http: httpx.Client, stack: Stack, agent: str, canary: str) -> str:
     try:
         gone = app.send_task("memoryd.recall", queue="memory",
                              kwargs={"agent_id": agent, "query": f"vault {canary}"})
-        _until(gone.ready, "the unfetched recall")
+        until(gone.ready, "the unfetched recall")
         assert canary in str(app.backend.get_task_meta(gone.id))  # its rows wait there
     finally:
         app.close()
     return str(gone.id)
-
-
-def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
-    tasks = flower.tasks()
-    pages = [flower.get("/api/tasks"), flower.get("/tasks"), flower.get(
-        "/tasks/datatable", draw=1, start=0, length=100, **{
-            "order[0][column]": 0, "columns[0][data]": "name", "order[0][dir]": "desc"})]
-    pages += [flower.get(f"/task/{task_id}") for task_id in tasks]
-    assert all(page.status_code == 200 for page in pages)
-    return pages
 
 
 def test_an_erased_agent_leaves_no_copy_in_redis_files_logs_or_flower(
@@ -110,7 +90,7 @@ def test_an_erased_agent_leaves_no_copy_in_redis_files_logs_or_flower(
         http.get("/sessions")
         return any(t.get("name") == "memoryd.sessions"
                    for t in stack.flower.tasks().values())
-    _until(flower_saw_a_task, "flower to receive task events")
+    until(flower_saw_a_task, "flower to receive task events")
     unfetched = _fill(http, stack, agent, canary)
     data_dir = stack.redis.data_dir
     assert _files_holding(data_dir, canary, agent)  # the control: the log has them now
@@ -121,14 +101,14 @@ def test_an_erased_agent_leaves_no_copy_in_redis_files_logs_or_flower(
     assert erased.json()["complete"] is True and erased.json()["agent_id"] == agent
     http.close()
     # The rewrite follows the erasure once its message is acknowledged.
-    _until(lambda: not _files_holding(data_dir, canary, agent), "the AOF rewrite")
+    until(lambda: not _files_holding(data_dir, canary, agent), "the AOF rewrite")
     app = create_app(Settings(broker_url=stack.redis.url))
     try:
         assert app.backend.get_task_meta(unfetched)["status"] == "PENDING"  # deleted
     finally:
         app.close()
-    pages = _flower_pages(stack.flower)
-    _until(lambda: any(t.get("name") == "memoryd.admin.compact_broker"
+    pages = every_page(stack.flower)
+    until(lambda: any(t.get("name") == "memoryd.admin.compact_broker"
                        and t.get("state") == "SUCCESS" for t in stack.flower.tasks().values()),
            "flower to see the rewrite")
     for process in (stack.flower, stack.gateway, stack.worker):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from memoryd.cli.flower_monitor import SHOWN
 from memoryd.config import Settings
 from memoryd.embedded.redis import EmbeddedRedis
 from memoryd.worker.app import create_app
-from tests.support.flower import FlowerProcess
+from tests.support.flower import FlowerProcess, until
 from tests.support.service_user import opened_for_service_user
 from tests.support.workers import WorkerProcess, memoryd_env
 
@@ -47,14 +47,6 @@ def flower(broker: str, pg_url: str, tmp_path_factory: pytest.TempPathFactory
         yield process
     finally:
         process.stop()
-
-
-def _until(check: Callable[[], Any], what: str, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-    return found
 
 
 def _refused_routes() -> list[str]:
@@ -131,15 +123,15 @@ def test_a_workers_scheduled_task_and_a_senders_whole_arguments_stay_out_of_flow
             app.send_task("memoryd.sessions", kwargs={"agent_id": "warm-up"}, queue="memory")
             time.sleep(1)
             return any(t.get("name") == "memoryd.sessions" for t in flower.tasks().values())
-        _until(flower_saw_a_task, "flower to receive task events")
+        until(flower_saw_a_task, "flower to receive task events")
         sent = app.send_task("memoryd.store", queue="memory", countdown=600,
                              kwargs={"agent_id": agent, "content": f"the code is {canary}"})
 
         def scheduled() -> dict[str, Any]:
             found = app.control.inspect(timeout=2.0).scheduled() or {}
             return {node: tasks for node, tasks in found.items() if canary in str(tasks)}
-        (node,) = _until(scheduled, "the worker to hold the scheduled store")  # the control
-        task = _until(lambda: flower.tasks().get(sent.id), "flower to list the store")
+        (node,) = until(scheduled, "the worker to hold the scheduled store")  # the control
+        task = until(lambda: flower.tasks().get(sent.id), "flower to list the store")
         pages = [flower.get("/api/workers", workername=node, refresh=1),
                  flower.get(f"/worker/{node}"), flower.get("/api/tasks"),
                  flower.get(f"/task/{sent.id}"), flower.get(f"/api/task/info/{sent.id}")]
@@ -166,7 +158,7 @@ def test_a_task_known_only_by_its_senders_event_shows_none_of_its_arguments(
                                  kwargs={"agent_id": agent, "content": f"the code is {canary}"})
             time.sleep(1)
             return flower.tasks().get(sent.id)
-        task = _until(listed, "flower to list a task from its task-sent event alone")
+        task = until(listed, "flower to list a task from its task-sent event alone")
         pages = [flower.get("/api/tasks"), flower.get(f"/task/{task['uuid']}"),
                  flower.get(f"/api/task/info/{task['uuid']}")]
     finally:

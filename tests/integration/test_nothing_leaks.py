@@ -34,7 +34,7 @@ from tests.support.canary import (
     bad_mcp_calls,
 )
 from tests.support.cli import memoryd
-from tests.support.flower import FlowerProcess
+from tests.support.flower import FlowerProcess, every_page
 from tests.support.gateway import GatewayProcess, bearer, make_key
 from tests.support.mcp_clients import TOOLS, run_http
 from tests.support.workers import WorkerProcess, memoryd_env, redis_db_url
@@ -239,16 +239,6 @@ def _refuse_hand_crafted_tasks(worker: WorkerProcess, agent: str, canary: str
     return said
 
 
-def _flower_pages(flower: FlowerProcess) -> list[httpx.Response]:
-    tasks = flower.tasks()
-    pages = [flower.get("/api/tasks"), flower.get("/tasks"), flower.get(
-        "/tasks/datatable", draw=1, start=0, length=100, **{
-            "order[0][column]": 0, "columns[0][data]": "name", "order[0][dir]": "desc"})]
-    pages += [flower.get(f"/task/{task_id}") for task_id in tasks]
-    assert all(page.status_code == 200 for page in pages)
-    return pages
-
-
 def test_what_a_caller_sends_reaches_the_caller_and_the_database_and_nothing_else(
         stack: tuple[GatewayProcess, FlowerProcess, WorkerProcess], store: MemoryStore,
         refusing_check: None, busy_table: Callable[[], None], tmp_path: Path) -> None:
@@ -284,7 +274,7 @@ def test_what_a_caller_sends_reaches_the_caller_and_the_database_and_nothing_els
     (failed,) = refused_stores()
     # PostgreSQL refused the row: the caller hears a refusal by name, not the row
     assert "ValidationError" in str(failed.get("exception"))
-    pages = _flower_pages(flower)
+    pages = every_page(flower)
     assert memory_id in "".join(page.text for page in pages)  # results are summarised
     assert "LockNotAvailable" in "".join(page.text for page in pages)  # and retried
 

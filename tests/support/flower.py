@@ -8,6 +8,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,23 @@ class FlowerProcess:
     def stop(self) -> None:
         terminate(self.proc)
         self._log.close()
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 180.0) -> Any:
+    """What ``check`` returns once it is truthy, asked every half second for ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+    return found
+
+
+def every_page(flower: FlowerProcess) -> list[httpx.Response]:
+    """Flower's task list, its data table and the page of every task it knows, each 200."""
+    tasks = flower.tasks()
+    pages = [flower.get("/api/tasks"), flower.get("/tasks"), flower.get(
+        "/tasks/datatable", draw=1, start=0, length=100, **{
+            "order[0][column]": 0, "columns[0][data]": "name", "order[0][dir]": "desc"})]
+    pages += [flower.get(f"/task/{task_id}") for task_id in tasks]
+    assert all(page.status_code == 200 for page in pages)
+    return pages
