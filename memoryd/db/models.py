@@ -66,6 +66,11 @@ class MemoryRow(Base):
     updated_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Validity in time (migration 0015): current while ``valid_to`` is NULL; a NULL
+    # ``valid_from`` (rows from before 0015) reads as ``created_at``.
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    superseded_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
     # The model that embedded ``embedding`` (migration 0012; embeddings.MODELS).
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
@@ -80,9 +85,13 @@ class MemoryRow(Base):
         nullable=True)
 
     __table_args__ = (
-        Index("uq_memories_agent_hash", "agent_id", "content_hash", unique=True),
+        # Only current memories are deduplicated and keyed (migration 0015).
+        Index("uq_memories_agent_hash", "agent_id", "content_hash", unique=True,
+              postgresql_where=text("valid_to IS NULL")),
         Index("uq_memories_agent_key", "agent_id", "key", unique=True,
-              postgresql_where=text("key IS NOT NULL")),
+              postgresql_where=text("key IS NOT NULL AND valid_to IS NULL")),
+        Index("ix_memories_agent_superseded_by", "agent_id", "superseded_by",
+              postgresql_where=text("superseded_by IS NOT NULL")),
         Index("ix_memories_agent_created", "agent_id", "created_at"),
         # BRIN, so recall's access bumps stay HOT updates (migration 0003).
         Index("ix_memories_agent_accessed", "agent_id", "last_accessed_at",
@@ -140,6 +149,9 @@ class RelationRow(Base):
     target: Mapped[str] = mapped_column(String(512), primary_key=True)
     type: Mapped[str] = mapped_column(String(256), primary_key=True)
     created_at: Mapped[datetime] = _now()
+    # An edge's validity (migration 0015), as a memory's: current while valid_to is NULL.
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class LinkRow(Base):
@@ -151,6 +163,50 @@ class LinkRow(Base):
     kind: Mapped[str] = mapped_column(String(32), primary_key=True)
     score: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("1.0"))
     created_at: Mapped[datetime] = _now()
+
+
+class SupersessionRow(Base):
+    """One decision that a memory replaces another, or a candidate awaiting review: its
+    cause (explicit, key, judge, reconcile), judge, confidence and who made it."""
+
+    __tablename__ = "memory_supersessions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    old_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    new_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    cause: Mapped[str] = mapped_column(String(16), nullable=False)
+    judge: Mapped[str | None] = mapped_column(String(32))
+    attribute: Mapped[str | None] = mapped_column(String(32))
+    confidence: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("1.0"))
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    actor: Mapped[str | None] = mapped_column(String(255))
+    decided_at: Mapped[datetime] = _now()
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reviewed_by: Mapped[str | None] = mapped_column(String(255))
+
+    __table_args__ = (
+        Index("uq_supersessions_pair", "agent_id", "old_id", "new_id", unique=True),
+        Index("ix_supersessions_new", "agent_id", "new_id"),
+        Index("ix_supersessions_review", "agent_id", "id",
+              postgresql_where=text("status = 'review'")),
+    )
+
+
+class VersionRow(Base):
+    """A memory's row as it was before one change, with the change's cause and actor."""
+
+    __tablename__ = "memory_versions"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    memory_id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), nullable=False)
+    changed_at: Mapped[datetime] = _now()
+    cause: Mapped[str] = mapped_column(String(32), nullable=False)
+    actor: Mapped[str | None] = mapped_column(String(255))
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+
+    __table_args__ = (Index("ix_versions_memory", "agent_id", "memory_id", "id"),)
 
 
 class MaintenanceRunRow(Base):

@@ -98,6 +98,8 @@ STEPS: tuple[Step, ...] = (
          "OR EXISTS (SELECT 1 FROM evicted_memories e WHERE e.agent_id = :a "
          "AND (e.eviction_id = t.eviction_id OR e.memory_id = t.memory_id))"),
     Step("memory_links", "t.agent_id = :a"),
+    Step("memory_versions", "t.agent_id = :a"),
+    Step("memory_supersessions", "t.agent_id = :a"),
     Step("sessions", "t.agent_id = :a"),
     Step("kg_relations", "t.agent_id = :a"),
     Step("kg_entities", "t.agent_id = :a"),

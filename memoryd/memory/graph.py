@@ -1,15 +1,22 @@
 """The per-agent knowledge graph: entities and typed relations, each relation
-stored together with its ``inverse:<type>`` edge."""
+stored together with its ``inverse:<type>`` edge.
+
+An edge has a validity, as a memory has: it holds from ``valid_from`` (its
+``created_at`` when not given) until ``valid_to`` (NULL: it still holds). A query
+follows current edges, or those that held at ``as_of``; both rows of an edge (it and
+its inverse) are always written together, so they always say the same."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from memoryd import clock
 from memoryd import validation as check
-from memoryd.errors import NotFound
+from memoryd.errors import NotFound, ValidationError
 from memoryd.types import Entity, Relation
 
 INVERSE_PREFIX = "inverse:"
@@ -22,8 +29,26 @@ def inverse_type(rel_type: str) -> str:
     return INVERSE_PREFIX + rel_type
 
 
+# Re-adding an edge says it holds as the relation now tells: its end is the one given
+# (none: it holds again), its start the one given or the one it had. An edge that would
+# end before it starts is reported (``never``), for the caller to refuse.
+_EDGES = text("""
+INSERT INTO kg_relations AS r (agent_id, source, target, type, valid_from, valid_to)
+SELECT :a, e.s, e.t, e.ty, e.vf, e.vt
+FROM unnest(CAST(:s AS text[]), CAST(:t AS text[]), CAST(:ty AS text[]),
+            CAST(:vf AS timestamptz[]), CAST(:vt AS timestamptz[])) AS e(s, t, ty, vf, vt)
+ON CONFLICT (agent_id, source, target, type) DO UPDATE
+SET valid_from = coalesce(EXCLUDED.valid_from, r.valid_from), valid_to = EXCLUDED.valid_to
+RETURNING r.source, r.target, r.type,
+          r.valid_to <= coalesce(r.valid_from, r.created_at) AS never
+""")
+
+_Key = tuple[str, str, str]
+
+
 def add(session: Session, agent_id: str, entity: Entity) -> bool:
-    """Upsert the entity (attributes merged), its relations and their inverses.
+    """Upsert the entity (attributes merged), its relations and their inverses, each
+    with the validity its relation carries.
 
     Returns True when the entity did not exist before.
     """
@@ -44,37 +69,62 @@ def add(session: Session, agent_id: str, entity: Entity) -> bool:
             SELECT :a, t, 'entity' FROM unnest(CAST(:targets AS text[])) AS t
             ON CONFLICT DO NOTHING
         """), {"a": agent_id, "targets": targets})
-        edges = [(entity.id, rel.target, rel.type) for rel in entity.relations]
-        edges += [(rel.target, entity.id, inverse_type(rel.type)) for rel in entity.relations]
-        session.execute(text("""
-            INSERT INTO kg_relations (agent_id, source, target, type)
-            SELECT :a, s, t, ty FROM unnest(CAST(:s AS text[]), CAST(:t AS text[]),
-                                             CAST(:ty AS text[])) AS e(s, t, ty)
-            ON CONFLICT DO NOTHING
-        """), {"a": agent_id, "s": [e[0] for e in edges], "t": [e[1] for e in edges],
-               "ty": [e[2] for e in edges]})
+        _add_edges(session, agent_id, entity)
     return bool(created)
 
 
-def query(session: Session, agent_id: str, start_id: str, depth: int) -> list[Entity]:
-    """Breadth-first from ``start_id`` up to ``depth`` hops; each entity once (cycle-safe)."""
+def _add_edges(session: Session, agent_id: str, entity: Entity) -> None:
+    """Write each relation and its inverse; refuse (``ValidationError`` naming the
+    relation) one that would end before it starts."""
+    # One row per edge: a statement may not update a row twice, so of two relations
+    # naming one edge (or a self-loop's edge and its inverse) the later one wins.
+    edges: dict[_Key, tuple[int, Relation]] = {}
+    for index, rel in enumerate(entity.relations):
+        edges[(entity.id, rel.target, rel.type)] = (index, rel)
+        edges[(rel.target, entity.id, inverse_type(rel.type))] = (index, rel)
+    rows = session.execute(_EDGES, {
+        "a": agent_id, "s": [k[0] for k in edges], "t": [k[1] for k in edges],
+        "ty": [k[2] for k in edges], "vf": [rel.valid_from for _, rel in edges.values()],
+        "vt": [rel.valid_to for _, rel in edges.values()]}).all()
+    ended = sorted(edges[(r.source, r.target, r.type)][0] for r in rows if r.never)
+    if ended:
+        raise ValidationError(f"entity.relations[{ended[0]}].valid_to",
+                              "must be after the edge's valid_from (its creation when "
+                              "not given)")
+
+
+# Current edges: those not ended yet. As of a time: those that held then.
+_CURRENT = "(valid_to IS NULL OR valid_to > :t)"
+_AS_OF = "coalesce(valid_from, created_at) <= :t AND (valid_to IS NULL OR valid_to > :t)"
+_FOLLOW = """
+SELECT source, target, type, coalesce(valid_from, created_at) AS valid_from, valid_to
+FROM kg_relations WHERE agent_id = :a AND source = ANY(:f) AND {valid}
+ORDER BY source, type, target"""
+
+
+def query(session: Session, agent_id: str, start_id: str, depth: int, *,
+          as_of: datetime | None = None) -> list[Entity]:
+    """Breadth-first from ``start_id`` up to ``depth`` hops over the edges that hold
+    now (or held at ``as_of``); each entity once (cycle-safe). Each relation carries
+    its validity."""
     check.depth(depth)
+    follow = text(_FOLLOW.format(valid=_CURRENT if as_of is None else _AS_OF))
+    moment = clock.now() if as_of is None else as_of
     order = [start_id]
     seen = {start_id}
     frontier = [start_id]
     edges: dict[str, list[Relation]] = {}
     for level in range(depth + 1):
-        rows = session.execute(text("""
-            SELECT source, target, type FROM kg_relations
-            WHERE agent_id = :a AND source = ANY(:f) ORDER BY source, type, target
-        """), {"a": agent_id, "f": frontier}).all()
+        rows = session.execute(follow, {"a": agent_id, "f": frontier, "t": moment}).all()
         following = []
-        for source, target, rel_type in rows:
-            edges.setdefault(source, []).append(Relation(target=target, type=rel_type))
-            if level < depth and target not in seen:
-                seen.add(target)
-                order.append(target)
-                following.append(target)
+        for row in rows:
+            edges.setdefault(row.source, []).append(Relation(
+                target=row.target, type=row.type, valid_from=row.valid_from,
+                valid_to=row.valid_to))
+            if level < depth and row.target not in seen:
+                seen.add(row.target)
+                order.append(row.target)
+                following.append(row.target)
         frontier = following
         if not frontier:
             break

@@ -176,7 +176,8 @@ def _memories(store: MemoryStore, session: Session, agent: str, batch: list[dict
     hashes = [str(r["data"].get("content_hash")) for r in batch]
     found: dict[str, str] = dict(session.execute(text(
         "SELECT content_hash, CAST(id AS text) FROM memories "
-        "WHERE agent_id = :a AND content_hash = ANY(:h)"), {"a": agent, "h": hashes}).all())
+        "WHERE agent_id = :a AND content_hash = ANY(:h) AND valid_to IS NULL"),
+        {"a": agent, "h": hashes}).all())
     for record, digest in zip(batch, hashes, strict=True):
         if digest in found:
             ids[str(record["data"].get("id"))] = found[digest]

@@ -78,6 +78,8 @@ class Filters:
     since: datetime | None = None  # created_at >= since
     until: datetime | None = None  # created_at < until
     metadata: str | None = None  # a JSON object the memory's metadata must contain
+    include_superseded: bool = False  # replaced memories too (marked by their valid_to)
+    as_of: datetime | None = None  # what was true then: valid_from <= as_of < valid_to
 
     @property
     def narrowing(self) -> bool:
@@ -94,8 +96,15 @@ class Filters:
         return " AND ".join([*clauses, *self.chosen()])
 
     def chosen(self) -> list[str]:
-        """The clauses of the filters a caller chose (``list`` applies only these)."""
+        """The clauses of the filters a caller chose (``list`` applies only these), and
+        validity: current memories only, unless superseded ones are asked for, or a
+        point in time (then those true at that time)."""
         clauses = []
+        if self.as_of is not None:
+            clauses.append("coalesce(m.valid_from, m.created_at) <= :as_of"
+                           " AND (m.valid_to IS NULL OR m.valid_to > :as_of)")
+        elif not self.include_superseded:
+            clauses.append("m.valid_to IS NULL")
         if self.category:
             clauses.append("m.category = :category")
         if self.tags:
@@ -113,7 +122,7 @@ class Filters:
     def params(self) -> dict[str, Any]:
         return {"category": self.category, "tags": list(self.tags),
                 "session_id": self.session_id, "since": self.since, "until": self.until,
-                "metadata": self.metadata}
+                "metadata": self.metadata, "as_of": self.as_of}
 
 
 @dataclass(frozen=True)

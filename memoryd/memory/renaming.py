@@ -52,12 +52,14 @@ class Move:
 
 # The tables whose rows are an agent's data: a new id holding any is refused.
 DATA_TABLES = ("memories", "evicted_memories", "sessions", "kg_entities", "kg_relations",
-               "memory_links")
+               "memory_links", "memory_versions", "memory_supersessions")
 MOVES: tuple[Move, ...] = (
-    *(Move(table, "agent_id = :old") for table in DATA_TABLES if table != "evicted_memories"),
-    Move("evicted_memories", "agent_id = :old",
-         f"agent_id = {_NEW}, data = CASE WHEN data ? 'agent_id' "
-         f"THEN {_json_set('data', 'agent_id')} ELSE data END"),
+    *(Move(table, "agent_id = :old") for table in DATA_TABLES
+      if table not in ("evicted_memories", "memory_versions")),
+    *(Move(table, "agent_id = :old",
+           f"agent_id = {_NEW}, data = CASE WHEN data ? 'agent_id' "
+           f"THEN {_json_set('data', 'agent_id')} ELSE data END")
+      for table in ("evicted_memories", "memory_versions")),
     Move("maintenance_runs", "agent_id = :old"),
     Move("dead_letters", "agent_id = :old OR kwargs ->> 'agent_id' = :old "
                          "OR args ->> 0 = :old",

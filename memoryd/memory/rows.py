@@ -43,4 +43,6 @@ def to_memory(row: Mapping[Any, Any]) -> Memory:
     data = {col: row[col] for col in MEMORY_COLUMNS}
     data["tags"] = tuple(data["tags"] or ())
     data["metadata"] = data["metadata"] or {}
+    # Rows written before validity existed became true when they were stored.
+    data["valid_from"] = data["valid_from"] or data["created_at"]
     return Memory.model_validate(data)

@@ -20,8 +20,18 @@ from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db import replicas as replication
 from memoryd.db.engine import make_engine, session_scope
-from memoryd.errors import NotFound
-from memoryd.memory import erasure, graph, recall, sessions, writes
+from memoryd.errors import NotFound, ValidationError
+from memoryd.memory import (
+    detection,
+    erasure,
+    forgetting,
+    graph,
+    recall,
+    sessions,
+    supersession,
+    versions,
+    writes,
+)
 from memoryd.memory.access import AccessBuffer
 from memoryd.memory.agent_indexes import IndexWatch, OwnIndexes
 from memoryd.memory.embeddings import (
@@ -35,6 +45,7 @@ from memoryd.memory.recall import QueryVector, Recaller
 from memoryd.memory.rows import select_list, to_memory
 from memoryd.types import (
     Entity,
+    History,
     Memory,
     Page,
     Recalled,
@@ -43,6 +54,7 @@ from memoryd.types import (
     SessionInfo,
     StoreItem,
     StoreResult,
+    Supersession,
 )
 
 # ``list``'s orders. By key, in code point order whatever the database's collation, so
@@ -188,13 +200,21 @@ class MemoryStore:
         checked = check.store_items(items, self.settings.max_content_bytes)
         return self.store_validated([(agent, item) for item in checked])
 
-    def store_validated(self, pairs: Sequence[tuple[str, StoreItem]]
-                        ) -> builtins.list[StoreResult]:
+    def store_validated(self, pairs: Sequence[tuple[str, StoreItem]], *,
+                        actor: str | None = None) -> builtins.list[StoreResult]:
         """Store already validated (agent id, item) pairs, of one or more agents: one
-        embedding pass outside the transaction, then one transaction."""
-        rows = writes.prepare(self.embedder, pairs)
+        embedding pass outside the transaction, then one transaction, in which the
+        memories each replaces are superseded (``settle``). ``actor``: who stores them
+        (``key:<id>``), as versions and supersessions record it."""
+        rows = writes.prepare(self.embedder, pairs, actor=actor)
         with self.write_session(*{agent for agent, _ in pairs}) as session:
-            return writes.write(session, rows)
+            results = writes.write(session, rows)
+            return settle(session, pairs, results, self.judges, actor=actor)
+
+    @property
+    def judges(self) -> detection.Judges | None:
+        """Who judges new memories against the ones they may replace (``settings.judge``)."""
+        return detection.Judges.configured(self.settings)
 
     # --- reading ------------------------------------------------------------------
     def recall(self, agent_id: str, query: str, *, limit: int = 10,
@@ -202,10 +222,13 @@ class MemoryStore:
                session_id: str | None = None, include_archived: bool = False,
                mode: RecallMode = "fast", since: datetime | str | None = None,
                until: datetime | str | None = None,
-               metadata: Mapping[str, Any] | None = None) -> builtins.list[Recalled]:
+               metadata: Mapping[str, Any] | None = None, include_superseded: bool = False,
+               as_of: datetime | str | None = None) -> builtins.list[Recalled]:
         """The agent's memories most relevant to ``query``, best first; ``since`` and
         ``until`` bound ``created_at`` (until exclusive), ``metadata`` keeps memories
-        whose metadata has each given key with exactly that value."""
+        whose metadata has each given key with exactly that value. Current memories only,
+        unless ``include_superseded`` (replaced ones come too, marked) or ``as_of`` (what
+        was true then)."""
         agent = check.agent_id(agent_id)
         text_query = check.query(query)
         check.limit(limit)
@@ -213,7 +236,10 @@ class MemoryStore:
         filters = _filters(since, until, metadata, category=check.category(category),
                            tags=check.tags(tags),
                            session_id=check.short_text("session_id", session_id),
-                           include_archived=check.boolean("include_archived", include_archived))
+                           include_archived=check.boolean("include_archived", include_archived),
+                           include_superseded=check.boolean("include_superseded",
+                                                            include_superseded),
+                           as_of=check.as_of(as_of))
         vector = self.query_vector(text_query)
         with self.read_session(agent) as session:
             return recall.recall(self.recaller, session, agent, text_query, filters,
@@ -242,7 +268,7 @@ class MemoryStore:
 
     def get_by_key(self, agent_id: str, key: str) -> Memory:
         agent, memory_key = check.agent_id(agent_id), check.short_text("key", key)
-        return self._fetch_one(agent, "m.agent_id = :a AND m.key = :k",
+        return self._fetch_one(agent, "m.agent_id = :a AND m.key = :k AND m.valid_to IS NULL",
                                {"a": agent, "k": memory_key},
                                f"no memory with key {memory_key!r} for this agent")
 
@@ -260,14 +286,18 @@ class MemoryStore:
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
              offset: int = 0, since: datetime | str | None = None,
              until: datetime | str | None = None,
-             metadata: Mapping[str, Any] | None = None, order: str = "newest") -> Page:
+             metadata: Mapping[str, Any] | None = None, order: str = "newest",
+             include_superseded: bool = False, as_of: datetime | str | None = None) -> Page:
         """The agent's memories, filtered like ``recall``: newest first, or with
         ``order="key"`` by key (code point order; memories without a key last)."""
         agent = check.agent_id(agent_id)
         check.limit(limit)
         check.offset(offset)
         ordering = _ORDER_SQL[check.list_order(order)]
-        filters = _filters(since, until, metadata, category=check.category(category))
+        filters = _filters(since, until, metadata, category=check.category(category),
+                           include_superseded=check.boolean("include_superseded",
+                                                            include_superseded),
+                           as_of=check.as_of(as_of))
         where = " AND ".join(["m.agent_id = :a", *filters.chosen()])
         params = {"a": agent, "n": limit, "o": offset, **filters.params()}
         with self.read_session(agent) as session:
@@ -316,7 +346,7 @@ class MemoryStore:
                            1 - (o.embedding <=> self.embedding) AS score
                     FROM memories self, memories o
                     WHERE self.id = :id AND self.agent_id = :a AND o.agent_id = :a
-                      AND o.id <> :id AND o.archived_at IS NULL
+                      AND o.id <> :id AND o.archived_at IS NULL AND o.valid_to IS NULL
                       AND o.embedding_model = self.embedding_model
                     ORDER BY (o.embedding <=> self.embedding) + 0 LIMIT :n),
                 merged AS (
@@ -331,9 +361,11 @@ class MemoryStore:
         return [Related(memory=to_memory(r), kind=r["link_kind"], score=float(r["link_score"]))
                 for r in rows]
 
-    def context(self, agent_id: str, query: str, *, limit: int = 10) -> str:
-        """A prompt-ready block of the relevant memories, grouped by category."""
-        hits = self.recall(agent_id, query, limit=limit)
+    def context(self, agent_id: str, query: str, *, limit: int = 10,
+                as_of: datetime | str | None = None) -> str:
+        """A prompt-ready block of the relevant memories, grouped by category (as of a
+        point in time, if given)."""
+        hits = self.recall(agent_id, query, limit=limit, as_of=as_of)
         if not hits:
             return ""
         groups: dict[str, list[Recalled]] = {}
@@ -346,21 +378,64 @@ class MemoryStore:
                       f"({h.memory.created_at.date().isoformat()})" for h in members]
         return "\n".join(lines)
 
-    # --- forgetting -------------------------------------------------------------
-    def forget(self, agent_id: str, memory_id: uuid.UUID | str) -> bool:
-        """Delete one memory (freeing its dedup hash). False if it did not exist."""
+    # --- validity: supersession, history, review ------------------------------------
+    def supersede(self, agent_id: str, memory_id: uuid.UUID | str,
+                  supersedes: Iterable[uuid.UUID | str], *,
+                  actor: str | None = None) -> builtins.list[uuid.UUID]:
+        """Mark memories the agent holds as replaced by ``memory_id`` (as ``store``'s
+        ``supersedes`` does for a new memory); the ids superseded."""
+        agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
+        olds = check.memory_ids("supersedes", supersedes)
+        if not olds:
+            raise ValidationError("supersedes", "must name at least one memory")
+        with self.write_session(agent) as session:
+            if session.execute(text("SELECT 1 FROM memories WHERE agent_id = :a AND id = :id "
+                                    "AND valid_to IS NULL"), {"a": agent, "id": mid}).first() \
+                    is None:
+                raise NotFound(f"memory {mid} not found among this agent's current memories")
+            return supersession.explicit(session, agent, mid, olds, actor=actor)
+
+    def restore_superseded(self, agent_id: str, memory_id: uuid.UUID | str, *,
+                           actor: str | None = None) -> bool:
+        """Undo a supersession: the memory is current again (False if it was)."""
         agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
         with self.write_session(agent) as session:
-            row = session.execute(text(
-                "DELETE FROM memories WHERE agent_id = :a AND id = :id RETURNING session_id"),
-                {"a": agent, "id": mid}).first()
-            if row is None:
-                return False
-            session.execute(text("DELETE FROM memory_links WHERE agent_id = :a AND "
-                                 "(source_id = :id OR target_id = :id)"), {"a": agent, "id": mid})
-            if row.session_id:
-                sessions.remove_reference(session, agent, row.session_id, str(mid))
-        return True
+            return supersession.restore(session, agent, mid, actor=actor)
+
+    def history(self, agent_id: str, memory_id: uuid.UUID | str) -> History:
+        """The memory, each earlier state of it, and the supersessions naming it."""
+        agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
+        with self.read_session(agent) as session:
+            return versions.history(session, agent, mid)
+
+    def reviews(self, agent_id: str | None = None, *, status: str = "review",
+                limit: int = 50, offset: int = 0) -> builtins.list[Supersession]:
+        """The review queue: replacements the judges were unsure of (one agent's, or all)."""
+        agent = None if agent_id is None else check.agent_id(agent_id)
+        check.limit(limit)
+        check.offset(offset)
+        with self.session() as session:
+            return supersession.reviews(session, agent, status=status, limit=limit,
+                                        offset=offset)
+
+    def decide_review(self, review_id: int, *, accept: bool, agent_id: str | None = None,
+                      actor: str | None = None) -> Supersession:
+        """Accept (supersede) or reject one queued replacement."""
+        number = check.limit(review_id, "review_id", high=2**63 - 1)
+        agent = None if agent_id is None else check.agent_id(agent_id)
+        with self.session() as session:
+            decided = supersession.decide(session, number, accept=check.boolean(
+                "accept", accept), actor=actor, agent_id=agent)
+        self.mark_written([decided.agent_id])
+        return decided
+
+    # --- forgetting -------------------------------------------------------------
+    def forget(self, agent_id: str, memory_id: uuid.UUID | str) -> bool:
+        """Erase one memory and every copy of it: its versions, what derives from it
+        (``memory.forgetting``). False if it did not exist."""
+        agent, mid = check.agent_id(agent_id), check.memory_id(memory_id)
+        with self.write_session(agent) as session:
+            return forgetting.forget(session, agent, mid)
 
     def forget_agent(self, agent_id: str, batch_size: int = 5000) -> int:
         """Erase everything memoryd holds of the agent, in bounded batches
@@ -376,11 +451,15 @@ class MemoryStore:
         with self.write_session(agent) as session:
             return graph.add(session, agent, parsed)
 
-    def kg_query(self, agent_id: str, start_id: str, depth: int = 2) -> builtins.list[Entity]:
+    def kg_query(self, agent_id: str, start_id: str, depth: int = 2, *,
+                 as_of: datetime | str | None = None) -> builtins.list[Entity]:
+        """Entities reachable from ``start_id`` over current edges (or those valid at
+        ``as_of``)."""
         agent = check.agent_id(agent_id)
         start, hops = check.entity_ref("start_id", start_id), check.depth(depth)
+        moment = check.as_of(as_of)
         with self.read_session(agent) as session:
-            return graph.query(session, agent, start, hops)
+            return graph.query(session, agent, start, hops, as_of=moment)
 
     def sessions(self, agent_id: str) -> builtins.list[SessionInfo]:
         agent = check.agent_id(agent_id)
@@ -396,6 +475,29 @@ class MemoryStore:
         count = check.message_limit(limit)
         with self.read_session(agent) as session:
             return sessions.messages(session, agent, sid, count)
+
+
+def settle(session: Session, pairs: Sequence[tuple[str, StoreItem]],
+           results: Sequence[StoreResult], judges: detection.Judges | None, *,
+           actor: str | None = None) -> builtins.list[StoreResult]:
+    """After a store's writes: each item's explicit ``supersedes`` is checked and applied;
+    the new memories that named none are judged against their candidates, agent by
+    agent. Results say what each memory superseded."""
+    superseded: dict[uuid.UUID, builtins.list[uuid.UUID]] = {}
+    judged: dict[str, builtins.list[uuid.UUID]] = {}
+    for (agent, item), result in zip(pairs, results, strict=True):
+        if item.supersedes:
+            superseded.setdefault(result.id, []).extend(supersession.explicit(
+                session, agent, result.id, item.supersedes, actor=actor))
+        elif result.stored and judges is not None:
+            judged.setdefault(agent, []).append(result.id)
+    for agent, ids in judged.items():
+        assert judges is not None
+        outcome = detection.settle(session, agent, ids, judges, actor=actor)
+        for new, olds in outcome.superseded.items():
+            superseded.setdefault(new, []).extend(olds)
+    return [r.model_copy(update={"superseded": (*r.superseded, *superseded.get(r.id, ()))})
+            if r.id in superseded else r for r in results]
 
 
 def _filters(since: object, until: object, metadata: object, **chosen: Any) -> recall.Filters:

@@ -19,11 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from memoryd import clock
-from memoryd.memory import classify, sessions
+from memoryd.memory import classify, sessions, supersession, versions
 from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.types import StoreItem, StoreResult
 
@@ -39,6 +38,7 @@ class PreparedRow:
 
     item: StoreItem
     values: dict[str, Any]
+    actor: str | None = None  # who stores it, for versions: ``key:<id>``, ``run:<id>``
 
     @property
     def agent_id(self) -> str:
@@ -73,23 +73,32 @@ _WRITTEN = (
     _Written("importance", "float8"),
     _Written("expires_at", "timestamptz"),
     _Written("created_at", "timestamptz", "coalesce(CAST({v} AS timestamptz), now())"),
+    # True from when it was stored, unless the caller says since when.
+    _Written("valid_from", "timestamptz",
+             "coalesce(CAST({v} AS timestamptz), CAST({p}created_at AS timestamptz), now())"),
     _Written("embedding", "text", "CAST({v} AS vector)"),
     _Written("embedding_model", "text"),
 )
-# What storing under an existing key replaces; identity and creation time stay.
-_REPLACED = tuple(c for c in _WRITTEN if c.name not in ("agent_id", "key", "created_at"))
+# What storing under an existing key with the same content replaces (its metadata,
+# say); identity, creation and validity stay.
+_REPLACED = tuple(c for c in _WRITTEN
+                  if c.name not in ("agent_id", "key", "created_at", "valid_from"))
 _NAMES = ", ".join(c.name for c in _WRITTEN)
 
 
+def _value(column: _Written, prefix: str) -> str:
+    return column.value.format(v=f"{prefix}{column.name}", p=prefix)
+
+
 def _values(prefix: str) -> str:
-    return ", ".join(c.value.format(v=f"{prefix}{c.name}") for c in _WRITTEN)
+    return ", ".join(_value(c, prefix) for c in _WRITTEN)
 
 
 _INSERT = text(f"""
 INSERT INTO memories ({_NAMES}, updated_at)
 SELECT {_values(":")}, now()
 ON CONFLICT DO NOTHING
-RETURNING id, created_at
+RETURNING id, created_at, valid_from
 """)
 # Many rows in one statement: per-row statements cost more than the row itself (parse,
 # bind, round trip) once the embedding is done. ORDER BY keeps the input order, so of
@@ -104,16 +113,18 @@ ON CONFLICT DO NOTHING
 RETURNING id, content_hash, created_at
 """)
 _UPDATE_BY_KEY = text(f"""
-UPDATE memories SET {", ".join(f"{c.name} = {c.value.format(v=':' + c.name)}"
-                               for c in _REPLACED)},
+UPDATE memories SET {", ".join(f"{c.name} = {_value(c, ':')}" for c in _REPLACED)},
     confidence = 1.0, archived_at = NULL, updated_at = now()
 WHERE id = :id
 """)
-_BY_HASH = text("SELECT id FROM memories WHERE agent_id = :agent_id AND content_hash = :h")
+# Only current memories deduplicate and hold keys (the partial unique indexes).
+_BY_HASH = text("""SELECT id FROM memories
+                   WHERE agent_id = :agent_id AND content_hash = :h AND valid_to IS NULL""")
 _BY_HASHES = text("""SELECT content_hash, id FROM memories
-                     WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)""")
+                     WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)
+                       AND valid_to IS NULL""")
 _BY_KEY = text("""SELECT id, content_hash, metadata FROM memories
-                  WHERE agent_id = :agent_id AND key = :key FOR UPDATE""")
+                  WHERE agent_id = :agent_id AND key = :key AND valid_to IS NULL FOR UPDATE""")
 _SET_CONTENT = text("""
 UPDATE memories SET content = :content, content_hash = :h,
     embedding = CAST(:vector AS vector), embedding_model = :model,
@@ -131,15 +142,18 @@ def embed_texts(embedder: Embedder, contents: Sequence[str]) -> list[str]:
     return [to_pgvector(vector) for vector in embedder.embed(list(contents))] if contents else []
 
 
-def prepare(embedder: Embedder, pairs: Sequence[tuple[str, StoreItem]]) -> list[PreparedRow]:
+def prepare(embedder: Embedder, pairs: Sequence[tuple[str, StoreItem]], *,
+            actor: str | None = None) -> list[PreparedRow]:
     """(agent id, validated item) pairs as rows to write: every content embedded in one
-    pass, category and importance defaulted from the content."""
+    pass, category and importance defaulted from the content. ``actor``: who stores them,
+    as versions name it."""
     vectors = embed_texts(embedder, [item.content for _, item in pairs])
-    return [_prepared(agent_id, item, vector, embedder.name)
+    return [_prepared(agent_id, item, vector, embedder.name, actor)
             for (agent_id, item), vector in zip(pairs, vectors, strict=True)]
 
 
-def _prepared(agent_id: str, item: StoreItem, vector: str, model: str) -> PreparedRow:
+def _prepared(agent_id: str, item: StoreItem, vector: str, model: str,
+              actor: str | None) -> PreparedRow:
     category = item.category or classify.classify(item.content).category
     importance = item.importance
     if importance is None:
@@ -150,9 +164,9 @@ def _prepared(agent_id: str, item: StoreItem, vector: str, model: str) -> Prepar
         "session_id": item.session_id, "key": item.key, "category": category,
         "tags": json.dumps(list(item.tags)), "source": item.source,
         "metadata": json.dumps(item.metadata or {}), "importance": importance,
-        "expires_at": item.expires_at, "created_at": item.created_at, "embedding": vector,
-        "embedding_model": model,
-    })
+        "expires_at": item.expires_at, "created_at": item.created_at,
+        "valid_from": item.valid_from, "embedding": vector, "embedding_model": model,
+    }, actor)
 
 
 # --- writing --------------------------------------------------------------------------
@@ -239,8 +253,9 @@ def _write_plain(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
 
 
 def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datetime | None]:
-    """Storing with an existing key updates that memory in place; the same content with
-    other metadata is an update too (a key's record can change beside its text)."""
+    """Storing under a key the agent holds with other content makes a new version: a new
+    memory, the old one superseded (cause ``key``). The same content with other metadata
+    is an update in place (a key's record can change beside its text), kept as a version."""
     params = {"agent_id": row.agent_id, "key": row.values["key"]}
     for _ in range(3):
         current = session.execute(_BY_KEY, params).first()
@@ -250,10 +265,11 @@ def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
                 return StoreResult(id=inserted.id, stored=True, duplicate=False), \
                     inserted.created_at
             continue  # lost a race on the key, or the content exists: look again
-        if (current.content_hash == row.values["content_hash"]
-                and current.metadata == json.loads(row.values["metadata"])):
-            return StoreResult(id=current.id, stored=False, duplicate=True), None
-        return _update_in_place(session, current.id, row), None
+        if current.content_hash == row.values["content_hash"]:
+            if current.metadata == json.loads(row.values["metadata"]):
+                return StoreResult(id=current.id, stored=False, duplicate=True), None
+            return _update_in_place(session, current.id, row), None
+        return _new_version(session, current.id, row)
     existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,
                                           "h": row.values["content_hash"]}).first()
     if existing is None:
@@ -261,13 +277,31 @@ def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
     return StoreResult(id=existing.id, stored=False, duplicate=True), None
 
 
-def _update_in_place(session: Session, memory_id: uuid.UUID, row: PreparedRow) -> StoreResult:
+def _new_version(session: Session, old_id: uuid.UUID, row: PreparedRow
+                 ) -> tuple[StoreResult, datetime | None]:
+    """The key's new content as a new memory superseding ``old_id``. If the content is
+    another current memory's already, dedup wins and the key stays where it was."""
     try:
         with session.begin_nested():
-            session.execute(_UPDATE_BY_KEY, {**row.values, "id": memory_id})
-    except IntegrityError:
-        # The new content already exists under another memory: dedup wins.
+            supersession.release_key(session, row.agent_id, old_id, actor=row.actor)
+            inserted = session.execute(_INSERT, row.values).first()
+            if inserted is None:
+                raise _Taken
+            supersession.replace_key(session, row.agent_id, old_id, inserted.id,
+                                     actor=row.actor)
+    except _Taken:
         existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,
                                               "h": row.values["content_hash"]}).one()
-        return StoreResult(id=existing.id, stored=False, duplicate=True)
+        return StoreResult(id=existing.id, stored=False, duplicate=True), None
+    return StoreResult(id=inserted.id, stored=True, duplicate=False,
+                       superseded=(old_id,)), inserted.created_at
+
+
+class _Taken(Exception):
+    """The new version's content is held by another current memory (rolls back)."""
+
+
+def _update_in_place(session: Session, memory_id: uuid.UUID, row: PreparedRow) -> StoreResult:
+    versions.record(session, [memory_id], "updated", actor=row.actor, agent_id=row.agent_id)
+    session.execute(_UPDATE_BY_KEY, {**row.values, "id": memory_id})
     return StoreResult(id=memory_id, stored=True, duplicate=False)

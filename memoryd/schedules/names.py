@@ -9,5 +9,5 @@ it is part of the wire protocol; a unit test keeps it equal to the table, in ord
 JOB_NAMES: tuple[str, ...] = (
     "consolidate", "evict", "expire", "deduplicate", "summarize",
     "cortex", "compact_sessions", "repair_sessions", "index_agents",
-    "reembed",
+    "reembed", "reconcile",
 )

@@ -92,11 +92,12 @@ def expires_for(cron: Cron) -> int:
     return gap_s - min(gap_s // 6, _MAX_SLACK_S)
 
 
-# Daily jobs are staggered (03:00, 03:30, 04:00, 05:00) so they do not compete for
-# the database at the same minute; the hourly and 6-hourly ones avoid each other's
+# Daily jobs are staggered (03:00, 03:30, 03:40, 04:00, 05:00) so they do not compete
+# for the database at the same minute; the hourly and 6-hourly ones avoid each other's
 # minutes (expire :00, compact_sessions :15, cortex :30 past consolidate's hour,
 # index_agents :45, reembed :50; with nothing to re-embed it ends after a few index
-# probes).
+# probes). reconcile runs before summarize, which would otherwise fold a replaced fact
+# that is still current into a summary.
 DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = tuple(
     scheduled(JOB_FUNCTIONS[job], cron) for job, cron in (
         ("consolidate", "0 */6 * * *"),
@@ -109,6 +110,7 @@ DEFAULT_SCHEDULE: tuple[ScheduleEntry, ...] = tuple(
         ("repair_sessions", "0 5 * * *"),
         ("index_agents", "45 * * * *"),
         ("reembed", "50 * * * *"),
+        ("reconcile", "40 3 * * *"),
     ))
 
 # Every job's entry by name, in table order.

@@ -27,7 +27,8 @@ from tests.support.workers import (
 TEST_HOME = Path(os.environ["MEMORYD_DATA_DIR"]).parent
 TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_terms", "agent_term_stats",
-          "api_keys", "dead_letters", "restored_evictions")
+          "api_keys", "dead_letters", "restored_evictions", "memory_versions",
+          "memory_supersessions")
 
 
 @pytest.fixture(scope="session")

@@ -20,10 +20,10 @@ from memoryd.db.models import Base
 from memoryd.embedded.postgres import EmbeddedPostgres
 from memoryd.memory.rows import STORED_COLUMNS
 
-HEAD = "0014"
+HEAD = "0015"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_term_stats", "agent_terms", "api_keys",
-          "dead_letters", "restored_evictions"}
+          "dead_letters", "restored_evictions", "memory_supersessions", "memory_versions"}
 
 
 @pytest.fixture
@@ -97,7 +97,10 @@ def test_upgrade_from_empty_creates_the_schema(fresh_db: Any) -> None:
     assert indexes["uq_memories_agent_hash"].startswith("CREATE UNIQUE INDEX")
     assert "(agent_id, content_hash)" in indexes["uq_memories_agent_hash"]
     assert indexes["uq_memories_agent_key"].startswith("CREATE UNIQUE INDEX")
-    assert "(agent_id, key) WHERE (key IS NOT NULL)" in indexes["uq_memories_agent_key"]
+    assert "(agent_id, key) WHERE ((key IS NOT NULL) AND (valid_to IS NULL))" in (
+        indexes["uq_memories_agent_key"])
+    assert "(agent_id, content_hash) WHERE (valid_to IS NULL)" in (
+        indexes["uq_memories_agent_hash"])
     assert "(agent_id, content_norm_hash)" in indexes["ix_memories_agent_norm_hash"]
     for index in ("ix_memories_agent_created", "ix_memories_agent_accessed",
                   "ix_memories_expires", "memories_pkey", "sessions_pkey",

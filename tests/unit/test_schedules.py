@@ -43,6 +43,7 @@ REQUIRED_CRONS = {
     "repair_sessions": "0 5 * * *",
     "index_agents": "45 * * * *",
     "reembed": "50 * * * *",
+    "reconcile": "40 3 * * *",
 }
 HOURLY, SIX_HOURLY, DAILY = 50 * 60, 5 * 3600, 23 * 3600
 
@@ -151,7 +152,8 @@ def test_expiry_follows_the_cadence_and_its_derivation() -> None:
     expected = {"consolidate": SIX_HOURLY, "cortex": SIX_HOURLY, "expire": HOURLY,
                 "compact_sessions": HOURLY, "index_agents": HOURLY, "reembed": HOURLY,
                 "evict": DAILY,
-                "deduplicate": DAILY, "summarize": DAILY, "repair_sessions": DAILY}
+                "deduplicate": DAILY, "summarize": DAILY, "repair_sessions": DAILY,
+                "reconcile": DAILY}
     for entry in DEFAULT_SCHEDULE:
         assert entry.expires_s == expected[entry.job]
         assert entry.expires_s == expires_for(parse_cron(entry.cron))
@@ -160,7 +162,7 @@ def test_expiry_follows_the_cadence_and_its_derivation() -> None:
 def test_daily_jobs_do_not_pile_up() -> None:
     daily = [entry for entry in DEFAULT_SCHEDULE if entry.expires_s == DAILY]
     times = [tuple(entry.cron.split()[:2]) for entry in daily]
-    assert len(set(times)) == len(times) == 4
+    assert len(set(times)) == len(times) == 5
 
 
 def test_without_overrides_the_effective_schedule_is_the_table() -> None:

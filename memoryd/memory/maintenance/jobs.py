@@ -16,6 +16,7 @@ from memoryd.memory.maintenance.deduplicate import deduplicate
 from memoryd.memory.maintenance.evict import evict
 from memoryd.memory.maintenance.expire import expire
 from memoryd.memory.maintenance.index_agents import index_agents
+from memoryd.memory.maintenance.reconcile import reconcile
 from memoryd.memory.maintenance.reembed import reembed
 from memoryd.memory.maintenance.repair_sessions import repair_sessions
 from memoryd.memory.maintenance.summarize import summarize
@@ -23,5 +24,5 @@ from memoryd.memory.maintenance.summarize import summarize
 JOBS: dict[str, JobFn] = {fn.__name__: fn for fn in (
     consolidate, evict, expire, deduplicate, summarize,
     cortex, compact_sessions, repair_sessions, index_agents,
-    reembed,
+    reembed, reconcile,
 )}

@@ -1,0 +1,145 @@
+"""Replaced facts found at store time (and by the ``reconcile`` job): each new memory is
+compared with its candidates, the agent's current memories nearest in meaning that share
+a named subject with it, and each pair is judged (``memoryd.memory.judging``).
+
+A pair judged to state two values of one single-valued attribute of one subject is
+ordered by time: the memory that became true later replaces the other, whichever was
+stored first (a bulk import can bring the old value last). At or above
+``judging.SUPERSEDE_AT`` the supersession is applied; below it, or where the judges
+disagree, it waits in the review queue (``supersession.queue_review``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from memoryd.config import Settings
+from memoryd.memory import judging, supersession
+from memoryd.memory import llm as llm_mod
+from memoryd.memory.supersession import Decision
+
+CANDIDATES = 6  # per new memory: the nearest in meaning among those sharing a subject
+# Memories sharing a subject that are looked at, newest first: bounds the work when a
+# subject (the agent's own user, say) is named in thousands of memories.
+SUBJECT_POOL = 500
+
+_CANDIDATES = text(f"""
+SELECT f.id AS fresh_id, c.id, c.content, coalesce(c.valid_from, c.created_at) AS valid_from
+FROM unnest(CAST(:ids AS uuid[]), CAST(:subjects AS text[])) AS f(id, subjects)
+JOIN memories n ON n.id = f.id AND n.agent_id = :agent_id
+CROSS JOIN LATERAL (
+    SELECT p.id, p.content, p.valid_from, p.created_at
+    FROM (SELECT m.id, m.content, m.valid_from, m.created_at, m.embedding
+          FROM memories m
+          WHERE (m.agent_id = :agent_id) IS TRUE
+            AND memoryd_agent_lexemes(m.agent_id, m.tsv) @@ (
+                SELECT CAST(string_agg(quote_literal(left(md5(:agent_id), 12) || l), ' | ')
+                            AS tsquery)
+                FROM unnest(tsvector_to_array(to_tsvector('english', f.subjects))) AS l)
+            AND m.valid_to IS NULL AND m.archived_at IS NULL AND m.id <> n.id
+            AND m.embedding_model = n.embedding_model
+          ORDER BY m.created_at DESC LIMIT {SUBJECT_POOL}) p
+    ORDER BY p.embedding <=> n.embedding LIMIT :k) c
+""")
+_FRESH = text("""SELECT id, content, coalesce(valid_from, created_at) AS valid_from
+                 FROM memories WHERE agent_id = :agent_id AND id = ANY(CAST(:ids AS uuid[]))
+                   AND valid_to IS NULL""")
+
+
+@dataclass(frozen=True)
+class Judges:
+    """Who judges: the offline judge always, an LLM beside it when one is configured."""
+
+    llm: llm_mod.LLM | None = None
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Judges | None:
+        """The judges ``settings.judge`` asks for (None: judging is off)."""
+        if settings.judge == "off":
+            return None
+        if settings.judge == "offline":
+            return cls()
+        llm = llm_mod.get_llm(settings)
+        return cls(None if llm_mod.is_fallback(llm) else llm)
+
+
+@dataclass(frozen=True)
+class Said:
+    """A memory as the judges read it: its text and since when it holds."""
+
+    id: uuid.UUID
+    content: str
+    valid_from: datetime
+
+
+@dataclass
+class Outcome:
+    superseded: dict[uuid.UUID, list[uuid.UUID]] = field(default_factory=dict)  # new -> olds
+    queued: int = 0
+    judged: int = 0
+
+
+def settle(session: Session, agent_id: str, ids: Sequence[uuid.UUID], judges: Judges, *,
+           cause: str = "judge", actor: str | None = None) -> Outcome:
+    """Judge the agent's memories ``ids`` against their candidates and apply or queue
+    what the judges decide, in the caller's transaction."""
+    fresh = [Said(r.id, r.content, r.valid_from) for r in session.execute(
+        _FRESH, {"agent_id": agent_id, "ids": [str(i) for i in ids]})]
+    pairs = candidate_pairs(session, agent_id, fresh)
+    outcome = Outcome(judged=len(pairs))
+    if not pairs:
+        return outcome
+    applied, queued = decide(pairs, judges, cause)
+    for old in supersession.apply(session, agent_id, applied, actor=actor):
+        new = next(d.new_id for d in applied if d.old_id == old)
+        outcome.superseded.setdefault(new, []).append(old)
+    outcome.queued = supersession.queue_review(session, agent_id, queued, actor=actor)
+    return outcome
+
+
+def candidate_pairs(session: Session, agent_id: str, fresh: Sequence[Said]
+                    ) -> list[tuple[Said, Said]]:
+    """(new, candidate) pairs, each unordered pair once."""
+    with_subjects = [(s, " ".join(sorted(judging.subjects(s.content)))) for s in fresh]
+    with_subjects = [(s, subj) for s, subj in with_subjects if subj]
+    if not with_subjects:
+        return []
+    by_id = {s.id: s for s, _ in with_subjects}
+    rows = session.execute(_CANDIDATES, {
+        "agent_id": agent_id, "k": CANDIDATES,
+        "ids": [str(s.id) for s, _ in with_subjects],
+        "subjects": [subj for _, subj in with_subjects]})
+    pairs: list[tuple[Said, Said]] = []
+    seen: set[frozenset[uuid.UUID]] = set()
+    for row in rows:
+        pair = frozenset((row.fresh_id, row.id))
+        if pair not in seen:
+            seen.add(pair)
+            pairs.append((by_id[row.fresh_id], Said(row.id, row.content, row.valid_from)))
+    return pairs
+
+
+def decide(pairs: Sequence[tuple[Said, Said]], judges: Judges, cause: str
+           ) -> tuple[list[Decision], list[Decision]]:
+    """The judges' decisions on ``pairs``: (to apply, to review)."""
+    offline = [judging.judge_offline(new.content, old.content) for new, old in pairs]
+    by_llm: Sequence[judging.Judgement | None] = [None] * len(pairs)
+    if judges.llm is not None:
+        by_llm = judging.judge_with_llm(judges.llm, [(n.content, o.content) for n, o in pairs])
+    applied: list[Decision] = []
+    queued: list[Decision] = []
+    for (new, old), off, llm in zip(pairs, offline, by_llm, strict=True):
+        verdict, confidence, label = judging.combine(off, llm)
+        if verdict not in ("replaces", "conflicts"):
+            continue
+        attribute = off.attribute or (llm.attribute if llm is not None else None)
+        later, earlier = (old, new) if old.valid_from > new.valid_from else (new, old)
+        decision = Decision(earlier.id, later.id, cause, label, attribute, confidence)
+        (applied if confidence >= judging.SUPERSEDE_AT else queued).append(decision)
+    return applied, queued
