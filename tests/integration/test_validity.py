@@ -215,3 +215,79 @@ def test_forget_agent_removes_versions_and_decisions(unjudged: MemoryStore) -> N
     unjudged.forget_agent(AGENT)
     for table in ("memories", "memory_versions", "memory_supersessions"):
         assert _count(unjudged, table) == 0
+
+
+class ScriptedJudge:
+    """A fake LLM of the ``LLM`` protocol answering every numbered pair with one verdict."""
+
+    name = "scripted-judge"
+
+    def __init__(self, verdict: str) -> None:
+        self.verdict = verdict
+        self.calls = 0
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        self.calls += 1
+        pairs = prompt.count("\nNEW: ")
+        return "\n".join(f"{i}: {self.verdict}" for i in range(1, pairs + 1))
+
+
+@pytest.fixture
+def llm_judge(store: MemoryStore) -> Iterator[ScriptedJudge]:
+    from memoryd.memory import llm
+
+    judge = ScriptedJudge("unrelated 0.9 none")
+    llm.set_llm(judge)
+    yield judge
+    llm.set_llm(None)
+
+
+def _reviews_of(store: MemoryStore) -> list[tuple[uuid.UUID, uuid.UUID]]:
+    return [(r.old_id, r.new_id) for r in store.reviews(AGENT)]
+
+
+def test_judges_that_disagree_put_the_pair_in_the_review_queue(
+        store: MemoryStore, llm_judge: ScriptedJudge) -> None:
+    old = store.store(AGENT, "Ilvar Ostberg lives in Lisbon.", created_at=MONTHS_AGO)
+    new = store.store(AGENT, "Ilvar Ostberg moved to Oslo last week.", created_at=DAYS_AGO)
+    assert llm_judge.calls >= 1
+    assert new.superseded == () and store.get(AGENT, old.id).current
+    assert _reviews_of(store) == [(old.id, new.id)]
+    related = {r.memory.id: r.kind for r in store.related(AGENT, new.id)}
+    assert related[old.id] == "contradicts"
+
+
+def test_an_accepted_review_supersedes_and_a_rejected_one_drops_the_link(
+        store: MemoryStore, llm_judge: ScriptedJudge) -> None:
+    old = store.store(AGENT, "Ilvar Ostberg lives in Lisbon.", created_at=MONTHS_AGO)
+    new = store.store(AGENT, "Ilvar Ostberg moved to Oslo last week.", created_at=DAYS_AGO)
+    other_old = store.store(AGENT, "Mirren Vellacott works at Northgate Foods.",
+                            created_at=MONTHS_AGO)
+    other_new = store.store(AGENT, "Mirren Vellacott now works for Halcyon Robotics.",
+                            created_at=DAYS_AGO)
+    first, second = store.reviews(AGENT)
+    accepted = store.decide_review(first.id, accept=True, actor="operator:test")
+    assert accepted.status == "applied" and accepted.reviewed_by == "operator:test"
+    assert store.get(AGENT, old.id).superseded_by == new.id
+    rejected = store.decide_review(second.id, accept=False)
+    assert rejected.status == "rejected"
+    assert store.get(AGENT, other_old.id).current and store.get(AGENT, other_new.id).current
+    assert other_old.id not in {r.memory.id for r in store.related(AGENT, other_new.id)
+                                if r.kind == "contradicts"}
+    assert store.reviews(AGENT) == []
+    with pytest.raises(NotFound):
+        store.decide_review(second.id, accept=True)
+
+
+def test_judges_that_agree_supersede_with_the_higher_confidence(store: MemoryStore) -> None:
+    from memoryd.memory import llm
+
+    llm.set_llm(ScriptedJudge("replaces 0.97 residence"))
+    try:
+        old = store.store(AGENT, "Ilvar Ostberg lives in Lisbon.", created_at=MONTHS_AGO)
+        new = store.store(AGENT, "Ilvar Ostberg moved to Oslo last week.", created_at=DAYS_AGO)
+    finally:
+        llm.set_llm(None)
+    assert new.superseded == (old.id,)
+    (decision,) = store.history(AGENT, old.id).supersessions
+    assert (decision.judge, decision.confidence, decision.cause) == ("offline+llm", 0.97, "judge")
