@@ -55,6 +55,7 @@ from bench.knowledge_data import (
     POOLS,
     UNRELATED,
 )
+from bench.scheduled import run_maintenance, scheduled_jobs
 from memoryd.errors import ValidationError
 
 DEFAULT_OUT = OUT_DIR / "knowledge.json"
@@ -251,17 +252,19 @@ def ask(store: Any, agent: str, data: Dataset, ids: Sequence[uuid.UUID],
 
 
 def lifecycle(store: Any, agent: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """Where each memory is now: live, archived, evicted (restorable) or gone."""
+    """Where each memory is now: live, superseded, archived, evicted (restorable) or gone."""
     from sqlalchemy import text
 
     with store.session() as session:
         rows = session.execute(text(
-            "SELECT id, archived_at IS NOT NULL AS archived FROM memories "
-            "WHERE agent_id = :a AND id = ANY(:ids)"), {"a": agent, "ids": list(ids)}).all()
+            "SELECT id, CASE WHEN valid_to IS NOT NULL THEN 'superseded' "
+            "WHEN archived_at IS NOT NULL THEN 'archived' ELSE 'live' END AS state "
+            "FROM memories WHERE agent_id = :a AND id = ANY(:ids)"),
+            {"a": agent, "ids": list(ids)}).all()
         evicted = set(session.execute(text(
             "SELECT memory_id FROM evicted_memories WHERE agent_id = :a "
             "AND memory_id = ANY(:ids)"), {"a": agent, "ids": list(ids)}).scalars())
-    found = {r.id: "archived" if r.archived else "live" for r in rows}
+    found = {r.id: r.state for r in rows}
     return {i: found.get(i, "evicted" if i in evicted else "gone") for i in ids}
 
 
@@ -276,12 +279,17 @@ def metrics(data: Dataset, ids: Sequence[uuid.UUID], rows: Sequence[dict[str, An
                           if f.role == role and where[i] != "live") for role in ROLES}
     lost = sum(1 for f, i in zip(data.facts, ids, strict=True)
                if f.role == "old" and where[i] == "gone")
+    # Besides kept facts that left recall, any memory but an old value that was superseded.
+    wrongly_replaced = sum(1 for f, i in zip(data.facts, ids, strict=True)
+                           if f.role not in ("old", *KEPT_ROLES) and where[i] == "superseded")
     by_kind = {kind: {"n": len(of), "current_at_1": _share(of, "current_at_1"),
                       "replaced_in_top3_unmarked": _share(of, "replaced_in_top3_unmarked")}
                for kind in KINDS if (of := [r for r in rows if r["kind"] == kind])}
     return {"current_at_1": _share(rows, "current_at_1"),
             "replaced_in_top3_unmarked": _share(rows, "replaced_in_top3_unmarked"),
-            "false_supersessions": sum(not_live[r] for r in KEPT_ROLES),
+            "false_supersessions": sum(not_live[r] for r in KEPT_ROLES) + wrongly_replaced,
+            "old_values_superseded": sum(1 for f, i in zip(data.facts, ids, strict=True)
+                                         if f.role == "old" and where[i] == "superseded"),
             "versions_lost": lost, "not_live_by_role": not_live, "by_kind": by_kind}
 
 
@@ -309,32 +317,18 @@ def store_facts(store: Any, agent: str, facts: Sequence[Fact],
     return [ids[i] for i in range(len(facts))]
 
 
-def scheduled_jobs() -> list[str]:
-    """Every job of the effective schedule, in table order."""
-    from memoryd.config import get_settings
-    from memoryd.schedules.table import effective_schedule
-
-    return [entry.job for entry in effective_schedule(get_settings())]
-
-
-def run_maintenance(store: Any, agent: str, jobs: Sequence[str]) -> list[dict[str, Any]]:
-    """Each job to completion for the agent; a job that covers only the whole fleet
-    (``index_agents``) runs fleet-wide, as the schedule runs it."""
-    from memoryd.memory.maintenance.runner import run_to_completion
-
-    done = []
-    for job in progress(jobs, desc="maintenance", unit="job"):
-        with timer() as clock:
-            try:
-                record = run_to_completion(store, job, agent_id=agent)
-                scope = "agent"
-            except ValidationError as exc:
-                if exc.field != "agent_id":
-                    raise
-                record, scope = run_to_completion(store, job), "fleet"
-        done.append({"job": job, "scope": scope, "status": record.status,
-                     "seconds": round(clock.seconds, 3), "stats": record.stats})
-    return done
+def store_unjudged(store: Any, facts: Sequence[Fact]) -> list[float]:
+    """The store latencies of the same facts with store-time judging off (another agent,
+    erased afterwards): what the judge costs is the difference."""
+    agent, ms = f"knowledge-unjudged-{uuid.uuid4().hex[:8]}", []
+    judged = store.settings
+    store.settings = judged.model_copy(update={"judge": "off"})
+    try:
+        store_facts(store, agent, facts, ms)
+    finally:
+        store.settings = judged
+        store.forget_agent(agent)
+    return ms
 
 
 def _pass(store: Any, agent: str, data: Dataset, ids: Sequence[uuid.UUID],
@@ -358,8 +352,10 @@ def run(data: Dataset, database_url: str, jobs: Sequence[str]) -> dict[str, Any]
             store.migrate()
         store.embedder.embed(["warm up"])  # loading the model is not a store's cost
         store.query_embedder.embed(["warm up"])
+        unjudged_ms = store_unjudged(store, data.facts)
         with watch("store"):
             ids = store_facts(store, agent, data.facts, store_ms)
+        queued = len(store.reviews(agent, limit=1000))
         before, rows_before = _pass(store, agent, data, ids, recall_ms["before"])
         with watch("maintenance"):
             maintenance = run_maintenance(store, agent, jobs)
@@ -375,8 +371,8 @@ def run(data: Dataset, database_url: str, jobs: Sequence[str]) -> dict[str, Any]
         "memories": len(data.facts), "questions": len(data.questions),
         "kinds": sorted({q.kind for q in data.questions}), "recall_limit": RECALL_LIMIT,
         "llm": llm, "targets": TARGETS,
-        # No store-time judge exists yet: "with_judge" stays empty until one does.
-        "store_ms": {"without_judge": latency(store_ms), "with_judge": None},
+        "judge": store.settings.judge, "review_queue": queued,
+        "store_ms": {"without_judge": latency(unjudged_ms), "with_judge": latency(store_ms)},
         "recall_ms": {k: latency(v) for k, v in recall_ms.items()},
         "before_maintenance": before, "after_maintenance": after,
         "maintenance": maintenance, "timings_s": watch.rounded(),
@@ -393,7 +389,7 @@ def report_text(report: dict[str, Any]) -> str:
               one["replaced_in_top3_unmarked"],
               after["by_kind"][kind]["replaced_in_top3_unmarked"]]
              for kind, one in before["by_kind"].items()]
-    store = report["store_ms"]["without_judge"]
+    store, judged = report["store_ms"]["without_judge"], report["store_ms"]["with_judge"]
     jobs = ", ".join(f"{j['job']} {j['status']} {j['seconds']:.1f}s" for j in report["maintenance"])
     return "\n".join([
         f"Knowledge that changes: {report['people']} people, {report['memories']} memories, "
@@ -406,7 +402,8 @@ def report_text(report: dict[str, Any]) -> str:
                      kinds),
         "",
         f"store per memory: p50 {store['p50']} ms, p95 {store['p95']} ms without the judge; "
-        "with the judge: n/a (no store-time judge in this code)",
+        f"p50 {judged['p50']} ms, p95 {judged['p95']} ms with it (judge "
+        f"{report['judge']}); review queue: {report['review_queue']}",
         f"maintenance: {jobs or 'none run'}",
     ])
 

@@ -131,6 +131,12 @@ class Settings(BaseSettings):
     recall_time_boost: float = Field(
         0.20, ge=0, le=1, description="added to the score of memories created in the period "
                                      "a query names ('in May 2023'); 0 = off")
+    recall_fit_boost: float = Field(
+        0.15, ge=0, le=1, description="added to the score of memories stating the one "
+                                     "attribute a query asks of a named subject ('Where "
+                                     "does Ilvar live?'), taken from those stating it of "
+                                     "someone close to them ('Ilvar's sister lives in "
+                                     "Porto'); 0 = off")
     recall_exact_threshold: int = Field(
         10_000, ge=0, description="Agents with at most this many memories and no HNSW "
                                   "index of their own get exact kNN")

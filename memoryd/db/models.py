@@ -71,6 +71,8 @@ class MemoryRow(Base):
     valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     superseded_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # What it states of whom: "names|relations|attribute" (memory.asking; migration 0015).
+    about: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
     # The model that embedded ``embedding`` (migration 0012; embeddings.MODELS).
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)

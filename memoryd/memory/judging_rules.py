@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["ANY", "MAX_SENTENCE_CHARS", "MAX_TEXT_CHARS", "MULTI", "SINGLE", "Claim", "Subject",
-           "mention_words", "read_claims"]
+           "mention_words", "read_claims", "relation_of"]
 
 SINGLE = frozenset({"residence", "employer", "role", "manager", "phone", "email", "address",
                     "vehicle", "pet", "relationship", "preference"})
@@ -180,6 +180,11 @@ _VALUE_FILLER = _words("""
     a an the his her their my our its new old current former some one now of named called
     brand brand-new
 """)
+
+
+def relation_of(word: str) -> str | None:
+    """The relation a word names ("sister", "mum" is "mother"), if it names one."""
+    return _relation(word.lower())
 
 
 def _relation(word: str) -> str | None:

@@ -12,7 +12,7 @@ import structlog
 from memoryd import clock
 from memoryd.config import Settings
 from memoryd.errors import LLMError
-from memoryd.memory import scoring
+from memoryd.memory import asking, scoring
 from memoryd.memory.rows import to_memory
 from memoryd.types import Recalled
 
@@ -29,13 +29,16 @@ class Scored(NamedTuple):
 
 
 def order(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[Any]],
-          settings: Settings, *, period: tuple[datetime, datetime] | None = None
-          ) -> list[Scored]:
+          settings: Settings, *, period: tuple[datetime, datetime] | None = None,
+          asked: asking.Asked | None = None) -> list[Scored]:
     """The candidates best first (ties by id), scored as ``settings`` say, memories
     created in ``period`` (the period the query names) lifted by
-    ``settings.recall_time_boost``. Scores are comparable within one recall, not
-    probabilities: the context share and the boost add to the weighted sum, so the top is
-    the weights' sum x (1 + context weight) + boost (1.5 with the defaults)."""
+    ``settings.recall_time_boost``, and, when the query asks for one attribute of a
+    named subject (``asked``), memories stating it lifted and those stating it of
+    someone close to the subject lowered by ``settings.recall_fit_boost``. Scores are
+    comparable within one recall, not probabilities: the context share and the boosts
+    add to the weighted sum, so the top is the weights' sum x (1 + context weight) +
+    boosts (1.65 with the defaults)."""
     parts = scoring.components(found, clock.now())
     own = _own_scores(found, parts, settings)
     final = scoring.with_context(own, neighbours, settings.recall_context_weight)
@@ -44,6 +47,8 @@ def order(found: Sequence[scoring.Candidate], neighbours: Mapping[Any, Sequence[
         score, context = final[c.row["id"]]
         if period is not None and period[0] <= c.row["created_at"] < period[1]:
             score += settings.recall_time_boost
+        if asked is not None:
+            score += settings.recall_fit_boost * asking.fit(asked, c.row["about"])
         scored.append(Scored(c.row["id"], round(score, 6), part, round(context, 6)))
     scored.sort(key=lambda s: (-s.score, str(s.id)))
     return scored

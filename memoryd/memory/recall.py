@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from memoryd.config import Settings
 from memoryd.db.pipeline import Pipe, Sent, pipeline
-from memoryd.memory import keywords, ranking, timewords
+from memoryd.memory import asking, keywords, ranking, timewords
 from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.memory.recall_sql import (
     KEYWORD_PLAN_CACHE,
@@ -148,7 +148,8 @@ def recall(ctx: Recaller, session: Session, agent_id: str, query: str, filters: 
         ctx.notice_size(session, agent_id, recall_plan.agent_size)
     neighbours = adjacent(found) if settings.recall_context_weight > 0 else {}
     period = timewords.named_period(query) if settings.recall_time_boost else None
-    scored = ranking.order(found, neighbours, settings, period=period)
+    asked = asking.asked(query) if settings.recall_fit_boost else None
+    scored = ranking.order(found, neighbours, settings, period=period, asked=asked)
     if mode == "deep":
         rows = whole_rows(session, agent_id, [s.id for s in scored])
         scored = ranking.rerank(query, scored, {i: str(r["content"]) for i, r in rows.items()})
@@ -248,7 +249,7 @@ def build_plan(agent_id: str, query: str, filters: Filters, per_retriever: int, 
     The candidate query is planned once per connection (a generic plan) unless the
     caller chose filters: how many rows their values leave can change the best plan."""
     settings = vector_settings(vector_search, ef_search=max(ef_search, per_retriever),
-                               generic=not filters.chosen())
+                               generic=not filters.chosen() and filters.as_of is None)
     index = keyword_search == "index"
     plan_cache = KEYWORD_PLAN_CACHE if index else {}
     after = {**KEYWORD_PLAN_CACHE_AFTER, **settings} if index else settings

@@ -93,18 +93,24 @@ class Filters:
         clauses = ["(m.expires_at IS NULL OR m.expires_at > now())"]
         if not self.include_archived:
             clauses.append("m.archived_at IS NULL")
-        return " AND ".join([*clauses, *self.chosen()])
+        return " AND ".join([*clauses, *self.listed()])
+
+    def listed(self) -> list[str]:
+        """What ``list`` applies: validity and the filters a caller chose."""
+        return [*self.validity(), *self.chosen()]
+
+    def validity(self) -> list[str]:
+        """Current memories only, unless superseded ones are asked for, or a point in
+        time (then those true at that time)."""
+        if self.as_of is not None:
+            return ["coalesce(m.valid_from, m.created_at) <= :as_of",
+                    "(m.valid_to IS NULL OR m.valid_to > :as_of)"]
+        return [] if self.include_superseded else ["m.valid_to IS NULL"]
 
     def chosen(self) -> list[str]:
-        """The clauses of the filters a caller chose (``list`` applies only these), and
-        validity: current memories only, unless superseded ones are asked for, or a
-        point in time (then those true at that time)."""
+        """The clauses of the filters a caller chose: what can leave few rows, whose
+        values the plan depends on."""
         clauses = []
-        if self.as_of is not None:
-            clauses.append("coalesce(m.valid_from, m.created_at) <= :as_of"
-                           " AND (m.valid_to IS NULL OR m.valid_to > :as_of)")
-        elif not self.include_superseded:
-            clauses.append("m.valid_to IS NULL")
         if self.category:
             clauses.append("m.category = :category")
         if self.tags:

@@ -26,7 +26,7 @@ STORED_COLUMNS: tuple[str, ...] = tuple(
 # all the candidate query returns of it. The whole row is read only for the hits a
 # recall returns (``recall.touch``), a few of its dozens of candidates.
 RANKED_COLUMNS: tuple[str, ...] = ("id", "session_id", "category", "importance", "confidence",
-                                   "created_at")
+                                   "created_at", "about")
 
 
 def select_list(alias: str = "m") -> str:

@@ -298,7 +298,7 @@ class MemoryStore:
                            include_superseded=check.boolean("include_superseded",
                                                             include_superseded),
                            as_of=check.as_of(as_of))
-        where = " AND ".join(["m.agent_id = :a", *filters.chosen()])
+        where = " AND ".join(["m.agent_id = :a", *filters.listed()])
         params = {"a": agent, "n": limit, "o": offset, **filters.params()}
         with self.read_session(agent) as session:
             total = session.execute(text(f"SELECT count(*) FROM memories m WHERE {where}"),
@@ -319,7 +319,7 @@ class MemoryStore:
         check.offset(offset)
         filters = _filters(None, None, metadata)
         where = " AND ".join(["m.agent_id = :a", "jsonb_exists(m.metadata, :field)",
-                              *filters.chosen()])
+                              *filters.listed()])
         params = {"a": agent, "field": name, "n": limit, "o": offset, **filters.params()}
         with self.read_session(agent) as session:
             return builtins.list(session.execute(text(

@@ -22,7 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from memoryd import clock
-from memoryd.memory import classify, sessions, supersession, versions
+from memoryd.memory import asking, classify, sessions, supersession, versions
 from memoryd.memory.embeddings import Embedder, to_pgvector
 from memoryd.types import StoreItem, StoreResult
 
@@ -78,6 +78,8 @@ _WRITTEN = (
              "coalesce(CAST({v} AS timestamptz), CAST({p}created_at AS timestamptz), now())"),
     _Written("embedding", "text", "CAST({v} AS vector)"),
     _Written("embedding_model", "text"),
+    _Written("about", "text",
+             "nullif(ARRAY(SELECT jsonb_array_elements_text(CAST({v} AS jsonb))), '{{}}')"),
 )
 # What storing under an existing key with the same content replaces (its metadata,
 # say); identity, creation and validity stay.
@@ -166,6 +168,7 @@ def _prepared(agent_id: str, item: StoreItem, vector: str, model: str,
         "metadata": json.dumps(item.metadata or {}), "importance": importance,
         "expires_at": item.expires_at, "created_at": item.created_at,
         "valid_from": item.valid_from, "embedding": vector, "embedding_model": model,
+        "about": json.dumps(asking.about(item.content)),
     }, actor)
 
 

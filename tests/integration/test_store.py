@@ -136,22 +136,22 @@ def test_concurrent_identical_stores_from_processes_make_one_row(
 # --- key upserts ------------------------------------------------------------------------
 
 
-def test_storing_an_existing_key_updates_in_place(store: MemoryStore) -> None:
+def test_storing_an_existing_key_with_new_content_makes_a_new_version(
+        store: MemoryStore) -> None:
     first = store.store(AGENT, "The user's favourite editor is Vim.", key="editor")
     second = store.store(AGENT, "The user switched to Emacs as their main text editor.",
                          key="editor")
-    assert second.id == first.id
+    assert second.id != first.id and second.superseded == (first.id,)
     assert second.stored and not second.duplicate
-    assert _count(store, AGENT) == 1
+    assert _count(store, AGENT) == 2  # the old version is kept, superseded
 
     memory = store.get_by_key(AGENT, "editor")
-    assert memory.id == first.id
+    assert memory.id == second.id
     assert memory.content == "The user switched to Emacs as their main text editor."
-    assert store.get(AGENT, first.id).content == memory.content
+    assert store.get(AGENT, first.id).superseded_by == second.id
 
     hits = store.recall(AGENT, "Emacs text editor")
-    assert [h.id for h in hits] == [first.id]
-    assert hits[0].content == "The user switched to Emacs as their main text editor."
+    assert [h.id for h in hits] == [second.id]
     old_hits = store.recall(AGENT, "favourite editor Vim")
     assert old_hits and all("Vim" not in h.content for h in old_hits)
 
@@ -161,7 +161,8 @@ def test_old_content_of_an_upserted_key_is_free_again(store: MemoryStore) -> Non
     store.store(AGENT, "Standup moved to 10:00.", key="standup")
     old = store.store(AGENT, "Standup is at 09:30.")
     assert old.stored and not old.duplicate
-    assert _count(store, AGENT) == 2
+    assert store.list(AGENT).total == 2
+    assert _count(store, AGENT) == 3
 
 
 def test_same_key_same_content_is_a_duplicate(store: MemoryStore) -> None:

@@ -31,7 +31,8 @@ def _row(*, category: str = "fact", age_days: float = 0.0, importance: float = 0
             "source": None, "metadata": None, "importance": importance,
             "confidence": confidence, "pinned": False, "access_count": 0,
             "last_accessed_at": None, "created_at": created, "updated_at": created,
-            "expires_at": None, "archived_at": None, **extra}
+            "expires_at": None, "archived_at": None, "valid_from": None, "valid_to": None,
+            "superseded_by": None, "about": None, **extra}
 
 
 def _candidate(semantic: float = 0.5, keyword_raw: float = 0.0,
@@ -261,3 +262,21 @@ def test_no_candidate_scores_above_the_maximum(fixed_clock: None) -> None:
         neighbours = {key: [ids[i - 1], ids[(i + 1) % len(ids)]] for i, key in enumerate(ids)}
         top = ranking.order(found, neighbours, settings, period=period)[0].score
         assert 0.0 < top <= _highest_score(settings) + 1e-6
+
+
+def test_a_memory_stating_the_asked_attribute_is_lifted_and_a_relatives_lowered() -> None:
+    from memoryd.memory import asking
+
+    asked = asking.asked("Where does Ilvar Ostberg live?")
+    answer = _candidate(semantic=0.8, about=["ilvar ostberg||residence"])
+    sister = _candidate(semantic=0.9, about=["ilvar ostberg|sister|residence"])
+    other = _candidate(semantic=0.85, about=None)
+    settings = Settings()
+    plain = {s.id: s.score for s in ranking.order([answer, sister, other], {}, settings)}
+    fitted = ranking.order([answer, sister, other], {}, settings, asked=asked)
+    assert [s.id for s in fitted][0] == answer.row["id"]
+    by_id = {s.id: s.score for s in fitted}
+    boost = settings.recall_fit_boost
+    assert by_id[answer.row["id"]] == pytest.approx(plain[answer.row["id"]] + boost)
+    assert by_id[sister.row["id"]] == pytest.approx(plain[sister.row["id"]] - boost)
+    assert by_id[other.row["id"]] == pytest.approx(plain[other.row["id"]])

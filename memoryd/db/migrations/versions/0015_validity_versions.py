@@ -10,7 +10,8 @@ replaced one. ``valid_from`` is NULL for rows written before this revision and r
 
 ``memory_supersessions`` records each decision (its cause, judge, confidence, who made it)
 and is the review queue; ``memory_versions`` holds a memory's row as it was before each
-change. Knowledge-graph edges get the same validity.
+change. Knowledge-graph edges get the same validity. ``about`` holds what a memory states
+of whom (``memory.asking``), read by recall's ranking.
 
 Building the partial unique indexes reads the whole table and blocks writes meanwhile.
 
@@ -33,7 +34,8 @@ def upgrade() -> None:
     op.execute("""
         ALTER TABLE memories ADD COLUMN IF NOT EXISTS valid_from timestamptz,
                              ADD COLUMN IF NOT EXISTS valid_to timestamptz,
-                             ADD COLUMN IF NOT EXISTS superseded_by uuid""")
+                             ADD COLUMN IF NOT EXISTS superseded_by uuid,
+                             ADD COLUMN IF NOT EXISTS about text[]""")
     op.execute("DROP INDEX IF EXISTS uq_memories_agent_hash")
     op.execute("CREATE UNIQUE INDEX uq_memories_agent_hash ON memories (agent_id, content_hash) "
                "WHERE valid_to IS NULL")
@@ -92,5 +94,6 @@ def downgrade() -> None:
                "WHERE key IS NOT NULL")
     op.execute("DROP INDEX IF EXISTS uq_memories_agent_hash")
     op.execute("CREATE UNIQUE INDEX uq_memories_agent_hash ON memories (agent_id, content_hash)")
-    op.execute("ALTER TABLE memories DROP COLUMN IF EXISTS superseded_by, "
+    op.execute("ALTER TABLE memories DROP COLUMN IF EXISTS about, "
+               "DROP COLUMN IF EXISTS superseded_by, "
                "DROP COLUMN IF EXISTS valid_to, DROP COLUMN IF EXISTS valid_from")
