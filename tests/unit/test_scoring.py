@@ -274,7 +274,7 @@ def test_a_memory_stating_the_asked_attribute_is_lifted_and_a_relatives_lowered(
     settings = Settings()
     plain = {s.id: s.score for s in ranking.order([answer, sister, other], {}, settings)}
     fitted = ranking.order([answer, sister, other], {}, settings, asked=asked)
-    assert [s.id for s in fitted][0] == answer.row["id"]
+    assert fitted[0].id == answer.row["id"]
     by_id = {s.id: s.score for s in fitted}
     boost = settings.recall_fit_boost
     assert by_id[answer.row["id"]] == pytest.approx(plain[answer.row["id"]] + boost)
