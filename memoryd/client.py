@@ -51,6 +51,7 @@ from memoryd.types import (
     EmbeddingProgress,
     Entity,
     Erasure,
+    History,
     JobRun,
     Memory,
     Page,
@@ -58,6 +59,7 @@ from memoryd.types import (
     SessionInfo,
     StoreItem,
     StoreResult,
+    Supersession,
 )
 
 T = TypeVar("T")
@@ -203,19 +205,23 @@ class MemoryClient:
 
     # --- memory API -------------------------------------------------------------
     def store(self, agent_id: str, content: str, *, wait: bool = True,
-              timeout: float | None = None, **fields: Any) -> StoreResult | Pending[StoreResult]:
+              timeout: float | None = None, actor: str | None = None,
+              **fields: Any) -> StoreResult | Pending[StoreResult]:
         """Store one memory (``role``, ``session_id``, ``key``, ``category``, ``importance``,
-        ``tags``, ``source``, ``metadata``, ``expires_at``, ``created_at``)."""
+        ``tags``, ``source``, ``metadata``, ``expires_at``, ``created_at``, ``valid_from``,
+        ``supersedes``: ids of the agent's memories it replaces; the result's
+        ``superseded`` lists those it did). ``actor``: who makes the change, as the
+        memory's versions record it (the gateway names its caller's key); none by default."""
         item = check.store_item({"content": content, **fields}, self.settings.max_content_bytes)
-        kwargs = {"agent_id": check.agent_id(agent_id), **_item_json(item)}
+        kwargs = {"agent_id": check.agent_id(agent_id), **_item_json(item), **_actor(actor)}
         return self._send("memoryd.store", kwargs, _store_result, wait=wait, timeout=timeout)
 
     def store_many(self, agent_id: str, items: Iterable[StoreItem | Mapping[str, Any]], *,
-                   wait: bool = True, timeout: float | None = None
+                   wait: bool = True, timeout: float | None = None, actor: str | None = None
                    ) -> builtins.list[StoreResult] | Pending[list[StoreResult]]:
         checked = check.store_items(items, self.settings.max_content_bytes)
         kwargs = {"agent_id": check.agent_id(agent_id),
-                  "items": [_item_json(item) for item in checked]}
+                  "items": [_item_json(item) for item in checked], **_actor(actor)}
         return self._send("memoryd.store_many", kwargs, _store_results, wait=wait,
                           timeout=timeout)
 
@@ -224,19 +230,25 @@ class MemoryClient:
                session_id: str | None = None, include_archived: bool = False,
                mode: str = "fast", since: datetime | str | None = None,
                until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
+               include_superseded: bool = False, as_of: datetime | str | None = None,
                timeout: float | None = None) -> builtins.list[Recalled]:
+        """The memories most relevant to ``query``: current ones only, unless
+        ``include_superseded`` (replaced ones too, each saying ``current`` and
+        ``superseded_by``) or ``as_of`` (what was true then)."""
         kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
                   "limit": check.limit(limit), "category": check.category(category),
                   "tags": list(check.tags(tags)),
                   "session_id": check.short_text("session_id", session_id),
                   "include_archived": check.boolean("include_archived", include_archived),
-                  "mode": check.mode(mode), **_filters(since, until, metadata)}
+                  "mode": check.mode(mode), **_filters(since, until, metadata),
+                  **_validity(include_superseded, as_of)}
         return self._call("memoryd.recall", kwargs, _list_of(Recalled), timeout)
 
     def context(self, agent_id: str, query: str, *, limit: int = 10,
-                timeout: float | None = None) -> str:
+                as_of: datetime | str | None = None, timeout: float | None = None) -> str:
+        """A prompt-ready block of the relevant memories (as they were at ``as_of``)."""
         kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
-                  "limit": check.limit(limit)}
+                  "limit": check.limit(limit), **_validity(False, as_of)}
         return self._call("memoryd.context", kwargs, str, timeout)
 
     def forget(self, agent_id: str, memory_id: UUID | str, *,
@@ -252,11 +264,13 @@ class MemoryClient:
     def list(self, agent_id: str, *, category: str | None = None, limit: int = 50,
              offset: int = 0, since: datetime | str | None = None,
              until: datetime | str | None = None, metadata: Mapping[str, Any] | None = None,
-             order: str = "newest", timeout: float | None = None) -> Page:
-        """The agent's memories, newest first or (``order="key"``) by key."""
+             order: str = "newest", include_superseded: bool = False,
+             as_of: datetime | str | None = None, timeout: float | None = None) -> Page:
+        """The agent's memories, newest first or (``order="key"``) by key; current ones
+        only, unless ``include_superseded`` or ``as_of`` (as ``recall``)."""
         kwargs = {"agent_id": check.agent_id(agent_id), "category": check.category(category),
                   "limit": check.limit(limit), "offset": check.offset(offset),
-                  **_filters(since, until, metadata)}
+                  **_filters(since, until, metadata), **_validity(include_superseded, as_of)}
         if check.list_order(order) != "newest":  # a worker of an older release knows no order
             kwargs["order"] = order
         return self._call("memoryd.list", kwargs, Page.model_validate, timeout)
@@ -277,11 +291,41 @@ class MemoryClient:
         return self._call("memoryd.kg.add", kwargs, bool, timeout)
 
     def kg_query(self, agent_id: str, start_id: str, depth: int = 2, *,
+                 as_of: datetime | str | None = None,
                  timeout: float | None = None) -> builtins.list[Entity]:
+        """The entity and what it relates to over current edges (or those valid at
+        ``as_of``), up to ``depth`` hops away."""
         kwargs = {"agent_id": check.agent_id(agent_id),
                   "start_id": check.entity_ref("start_id", start_id),
-                  "depth": check.depth(depth)}
+                  "depth": check.depth(depth), **_validity(False, as_of)}
         return self._call("memoryd.kg.query", kwargs, _list_of(Entity), timeout)
+
+    # --- validity: what replaced what, and undoing it ---------------------------------
+    def history(self, agent_id: str, memory_id: UUID | str, *,
+                timeout: float | None = None) -> History:
+        """The memory now, each earlier state of it (when, why, by whom) and the
+        supersessions it took part in."""
+        return self._call("memoryd.history", _memory_ref(agent_id, memory_id),
+                          History.model_validate, timeout)
+
+    def supersede(self, agent_id: str, memory_id: UUID | str,
+                  supersedes: Iterable[UUID | str], *, actor: str | None = None,
+                  timeout: float | None = None) -> builtins.list[UUID]:
+        """Mark memories the agent holds as replaced by ``memory_id``, after the fact (as
+        ``store(..., supersedes=...)`` does for a new memory); the ids superseded."""
+        olds = check.memory_ids("supersedes", supersedes)
+        if not olds:
+            raise ValidationError("supersedes", "must name at least one memory")
+        kwargs = {**_memory_ref(agent_id, memory_id), "supersedes": [str(i) for i in olds],
+                  **_actor(actor)}
+        return self._call("memoryd.supersede", kwargs, _list_of_uuids, timeout)
+
+    def unsupersede(self, agent_id: str, memory_id: UUID | str, *, actor: str | None = None,
+                    timeout: float | None = None) -> bool:
+        """Undo a supersession: the memory is current again (False if it already was).
+        Not ``restore``, which brings back what maintenance evicted."""
+        kwargs = {**_memory_ref(agent_id, memory_id), **_actor(actor)}
+        return self._call("memoryd.unsupersede", kwargs, bool, timeout)
 
     def sessions(self, agent_id: str, *,
                  timeout: float | None = None) -> builtins.list[SessionInfo]:
@@ -331,6 +375,35 @@ class MemoryClient:
         """Put an evicted memory back (by eviction number or memory id); its id."""
         target = check.restore_target(eviction_or_memory_id, "id")
         return self._call("memoryd.admin.restore", {"target": target}, UUID, timeout)
+
+    def reviews(self, *, agent_id: str | None = None, status: str = "review",
+                limit: int = 50, offset: int = 0,
+                timeout: float | None = None) -> builtins.list[Supersession]:
+        """The review queue: replacements the judges were unsure of, oldest first (of one
+        agent, or all; ``status`` another list: applied, rejected, undone)."""
+        kwargs = {"agent_id": None if agent_id is None else check.agent_id(agent_id),
+                  "status": review_status(status), "limit": check.limit(limit),
+                  "offset": check.offset(offset)}
+        return self._call("memoryd.admin.reviews", kwargs, _list_of(Supersession), timeout)
+
+    def accept_review(self, review_id: int, *, agent_id: str | None = None,
+                      actor: str | None = None, timeout: float | None = None) -> Supersession:
+        """Accept one queued replacement: the old memory is superseded."""
+        return self._decide(review_id, True, agent_id, actor, timeout)
+
+    def reject_review(self, review_id: int, *, agent_id: str | None = None,
+                      actor: str | None = None, timeout: float | None = None) -> Supersession:
+        """Reject one queued replacement: both memories stay current."""
+        return self._decide(review_id, False, agent_id, actor, timeout)
+
+    def _decide(self, review_id: int, accept: bool, agent_id: str | None,
+                actor: str | None, timeout: float | None) -> Supersession:
+        kwargs = {"review_id": check.limit(review_id, "review_id", high=check.MAX_BIGINT),
+                  "accept": accept,
+                  "agent_id": None if agent_id is None else check.agent_id(agent_id),
+                  **_actor(actor)}
+        return self._call("memoryd.admin.decide_review", kwargs,
+                          Supersession.model_validate, timeout)
 
     def forget_agent(self, agent_id: str, *, wait: bool = True, timeout: float | None = None
                      ) -> Erasure | Pending[Erasure]:
@@ -392,10 +465,44 @@ def _filters(since: object, until: object, metadata: object) -> dict[str, Any]:
     return {name: value for name, value in found.items() if value is not None}
 
 
+def _validity(include_superseded: object, as_of: object) -> dict[str, Any]:
+    """The validity options as message values (only those given)."""
+    found: dict[str, Any] = {}
+    if check.boolean("include_superseded", include_superseded):
+        found["include_superseded"] = True
+    moment = check.as_of(as_of)
+    if moment is not None:
+        found["as_of"] = moment.isoformat()
+    return found
+
+
+def _actor(actor: str | None) -> dict[str, Any]:
+    """Who makes a change (``key:<id>`` from the gateway), only when there is one."""
+    named = check.short_text("actor", actor)
+    return {} if named is None else {"actor": named}
+
+
+# The statuses of a replacement decision (``memory.supersession.REVIEW_STATUSES``),
+# checked here before sending, like every other argument.
+REVIEW_STATUSES = ("review", "applied", "rejected", "undone")
+
+
+def review_status(value: object) -> str:
+    if value not in REVIEW_STATUSES:
+        raise ValidationError("status", f"must be one of {', '.join(REVIEW_STATUSES)}")
+    return str(value)
+
+
 def _item_json(item: StoreItem) -> dict[str, Any]:
     data = item.model_dump(mode="json", exclude_none=True)
     data["tags"] = list(item.tags)
+    if not item.supersedes:  # what a worker of an older release would not know
+        del data["supersedes"]
     return data
+
+
+def _list_of_uuids(values: Any) -> builtins.list[UUID]:
+    return [UUID(str(value)) for value in values]
 
 
 def _memory_ref(agent_id: str, memory_id: UUID | str) -> dict[str, Any]:

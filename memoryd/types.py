@@ -210,11 +210,15 @@ class RecallRequest(_Model):
     until: Annotated[str | None, Field(json_schema_extra={"format": "date-time"})] = None
     # Equality filters on metadata keys.
     metadata: dict[str, Any] | None = None
+    # Replaced memories too (marked), or what was true at ``as_of`` (ISO-8601).
+    include_superseded: bool = False
+    as_of: Annotated[str | None, Field(json_schema_extra={"format": "date-time"})] = None
 
 
 class ContextRequest(_Model):
     query: str
     limit: int = 10
+    as_of: Annotated[str | None, Field(json_schema_extra={"format": "date-time"})] = None
 
 
 class JobRunRequest(_Model):

@@ -306,8 +306,8 @@ def memory_ids(field: str, value: object) -> tuple[UUID, ...]:
 
 
 def as_of(value: object) -> datetime | None:
-    """A point in time to answer as of: not before 1970, not after now plus a day (a
-    future validity is not knowledge memoryd has)."""
+    """A point in time to answer as of: a timestamp of ``timestamp``'s range, not after
+    now plus a day (a future validity is not knowledge memoryd has)."""
     moment = timestamp("as_of", value)
     if moment is not None and moment > clock.now() + timedelta(days=1):
         raise ValidationError("as_of", "must not be in the future")

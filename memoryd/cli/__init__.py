@@ -53,7 +53,18 @@ def without_values(message: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memoryd.cli import client_cmds, dlq, evicted, front, keys, ops, portable, rename, services
+    from memoryd.cli import (
+        client_cmds,
+        dlq,
+        evicted,
+        front,
+        keys,
+        ops,
+        portable,
+        rename,
+        reviews,
+        services,
+    )
 
     parser = Parser(prog="memoryd", description="Long-term memory for fleets of LLM agents.")
     parser.add_argument("--log-level", default=None,
@@ -64,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     client_cmds.register(commands)
     ops.register(commands)
     evicted.register(commands)
+    reviews.register(commands)
     keys.register(commands)
     dlq.register(commands)
     portable.register(commands)

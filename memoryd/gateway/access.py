@@ -46,6 +46,12 @@ def authorize(scope: KeyScope, agent: str, permission: Permission) -> str:
     return agent_id
 
 
+def actor(scope: KeyScope) -> str:
+    """Who a change is recorded as made by (versions, supersessions, reviews): the key's
+    id, never a value the request carries."""
+    return f"key:{scope.id}"
+
+
 def bound_agent(scope: KeyScope, headers: Mapping[str, str]) -> str:
     """The agent of an MCP connection: the header's, else the key's only agent."""
     named = headers.get(AGENT_HEADER)

@@ -1,7 +1,7 @@
 """Operator endpoints (``admin`` keys for all agents): run maintenance jobs, their
 history, fleet statistics, how far a move to another embedding model is, restoring an
-evicted memory, erasing an agent. Like the memory routes, each
-is one ``MemoryClient`` call served by the workers."""
+evicted memory, the review queue of replacements the judges were unsure of, erasing an
+agent. Like the memory routes, each is one ``MemoryClient`` call served by the workers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from memoryd import validation as check
 from memoryd.client import Pending
 from memoryd.errors import Forbidden, ValidationError
-from memoryd.gateway import routes
+from memoryd.gateway import access, routes
 from memoryd.gateway.deps import Client, JsonBody, Key
 from memoryd.gateway.schema import request_body
 from memoryd.types import (
@@ -25,6 +25,7 @@ from memoryd.types import (
     JobRun,
     JobRunRequest,
     Restored,
+    Supersession,
 )
 
 router = APIRouter(prefix="/v1", tags=["operators"])
@@ -74,6 +75,37 @@ def stats(key: Key, client: Client, limit: Annotated[int, Query()] = 50) -> list
 def embeddings(key: Key, client: Client) -> EmbeddingProgress:
     key.require_admin()
     return client.embeddings()
+
+
+@router.get("/admin/reviews", summary="The review queue: replacements the judges were "
+                                      "unsure of, oldest first (or decisions of a status)")
+def reviews(key: Key, client: Client, agent_id: str | None = None, status: str = "review",
+            limit: Annotated[int, Query()] = 50,
+            offset: Annotated[int, Query()] = 0) -> list[Supersession]:
+    key.require_admin()
+    return client.reviews(agent_id=agent_id, status=status, limit=limit, offset=offset)
+
+
+@router.post("/admin/reviews/{review_id}/accept",
+             summary="Accept a queued replacement: the old memory is superseded")
+def accept_review(review_id: str, key: Key, client: Client) -> Supersession:
+    key.require_admin(changes=True)
+    return client.accept_review(_review_number(review_id), actor=access.actor(key))
+
+
+@router.post("/admin/reviews/{review_id}/reject",
+             summary="Reject a queued replacement: both memories stay current")
+def reject_review(review_id: str, key: Key, client: Client) -> Supersession:
+    key.require_admin(changes=True)
+    return client.reject_review(_review_number(review_id), actor=access.actor(key))
+
+
+def _review_number(text: str) -> int:
+    """A review's number from the path (digits only: ``int`` would take ``+1`` or
+    other scripts' digits)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise ValidationError("review_id", "must be a review number")
+    return check.limit(int(text), "review_id", high=check.MAX_BIGINT)
 
 
 # The first path segments after /v1/agents/{agent}/ (memories, recall, kg, ...): an agent

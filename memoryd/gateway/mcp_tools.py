@@ -1,5 +1,5 @@
 """memoryd as MCP tools, with the official ``mcp`` SDK: remember, remember_status, recall,
-forget, context, list_memories, kg_add and kg_query.
+forget, context, list_memories, history, kg_add and kg_query.
 
 No tool takes an agent id. The agent is bound to the connection by a ``Binding``: over
 streamable HTTP, the API key's agent (or the ``X-Memoryd-Agent`` header's, if the key
@@ -11,7 +11,9 @@ keeps serving other connections. Results are text an LLM reads plus structured c
 A refused call says memoryd's type, field and message, never the caller's value: not in
 the tool's error (the SDK's own would quote pydantic's ``input_value``), nor in the
 SDK's log line of it. A message that is not JSON-RPC is refused the same way
-(``jsonrpc_message``), before the SDK's transport would quote it.
+(``jsonrpc_message``), before the SDK's transport would quote it. An argument a tool
+does not take (``actor``, say: who made a change comes from the key) is refused too,
+by name, rather than silently dropped.
 
 A store that outlives the wait is not a failure: the broker holds it and a worker writes
 it, so ``remember`` answers that the memory is accepted, with the task id that
@@ -49,6 +51,8 @@ from memoryd.types import (
     Added,
     ContextResult,
     Entity,
+    History,
+    Memory,
     Page,
     Recalled,
     RecallMode,
@@ -64,9 +68,12 @@ INSTRUCTIONS = (
 
 
 class Binding(Protocol):
-    """Which agent a tool call acts for, after checking it may do ``permission``."""
+    """Which agent a tool call acts for, after checking it may do ``permission``, and
+    who the changes it makes are recorded as made by."""
 
     def agent(self, ctx: Context, permission: Permission) -> str: ...
+
+    def actor(self, ctx: Context) -> str | None: ...
 
 
 class FixedAgent:
@@ -78,6 +85,9 @@ class FixedAgent:
 
     def agent(self, ctx: Context, permission: Permission) -> str:
         return self.agent_id
+
+    def actor(self, ctx: Context) -> str | None:
+        return None  # a local process, like the Python client
 
 
 class KeyBinding:
@@ -92,6 +102,9 @@ class KeyBinding:
         agent_id = access.bound_agent(scope, headers)
         scope.require(agent_id, permission)
         return agent_id
+
+    def actor(self, ctx: Context) -> str | None:
+        return access.actor(access.authenticate(self.verifier, ctx.headers or {}))
 
 
 class Recollection(BaseModel):
@@ -116,6 +129,7 @@ class Remembered(BaseModel):
     id: UUID | None = None
     stored: bool = False
     duplicate: bool = False
+    superseded: list[UUID] = Field(default_factory=list)
     task_id: str | None = None
 
     @classmethod
@@ -128,7 +142,35 @@ class Remembered(BaseModel):
         if self.task_id is not None:
             return (f"Accepted: a worker will write this memory (task {self.task_id}); "
                     "call remember_status with that task id to see it stored.")
-        return f"{'Already remembered' if self.duplicate else 'Remembered'} (id {self.id})."
+        done = f"{'Already remembered' if self.duplicate else 'Remembered'} (id {self.id})"
+        if self.superseded:
+            done += f"; it replaces {', '.join(str(old) for old in self.superseded)}"
+        return done + "."
+
+
+AS_OF = Field(description=(
+    "Answer with what was true at this ISO-8601 time (with its timezone), replaced "
+    "memories included if they held then"))
+
+
+def _replaced(memory: Memory) -> str:
+    """How a listing marks a memory that no longer holds."""
+    if memory.current:
+        return ""
+    return f", replaced by {memory.superseded_by}" if memory.superseded_by else ", replaced"
+
+
+def _history_text(found: History) -> str:
+    """A memory's history as lines a model reads: now, then each earlier state."""
+    memory = found.memory
+    lines = [f"Now{'' if memory.current else ' (replaced)'}: {memory.content}"]
+    lines += [f"- {v.changed_at.isoformat()} {v.cause}"
+              + (f" by {v.actor}" if v.actor else "")
+              + (f": was {v.data['content']}" if "content" in v.data else "")
+              for v in found.versions]
+    lines += [f"- {s.decided_at.isoformat()} {s.new_id} replaces {s.old_id} ({s.cause}, "
+              f"{s.status})" for s in found.supersessions]
+    return "\n".join(lines)
 
 
 def _result(text: str, structured: BaseModel) -> CallToolResult:
@@ -167,13 +209,20 @@ class MemoryTools:
         tags: Annotated[list[str] | None, Field(description="Short labels to filter on")] = None,
         session_id: Annotated[str | None, Field(description="The conversation it came from")]
         = None,
+        supersedes: Annotated[list[str] | None, Field(description=(
+            "Ids of memories this one replaces (from recall): they stay as history, no "
+            "longer recalled"))] = None,
+        valid_from: Annotated[str | None, Field(description=(
+            "When this became true, ISO-8601 with its timezone; left out, now"))] = None,
     ) -> Annotated[CallToolResult, Remembered]:
         fields: dict[str, Any] = {
             k: v for k, v in {"category": category, "importance": importance, "tags": tags,
-                              "session_id": session_id}.items() if v is not None}
+                              "session_id": session_id, "supersedes": supersedes,
+                              "valid_from": valid_from}.items() if v is not None}
 
         def store(agent: str) -> StoreResult | TaskAccepted:
-            pending = self.client.store(agent, content, wait=False, **fields)
+            pending = self.client.store(agent, content, wait=False,
+                                        actor=self.binding.actor(ctx), **fields)
             assert isinstance(pending, Pending)
             return self.accepted.wait_or_accept(pending, agent)
 
@@ -209,12 +258,16 @@ class MemoryTools:
         metadata: Annotated[dict[str, Any] | None, Field(description=(
             "Only memories whose metadata has each of these keys with exactly this "
             "value"))] = None,
+        include_superseded: Annotated[bool, Field(description=(
+            "Also memories that were replaced, each marked with what replaced it"))] = False,
+        as_of: Annotated[str | None, AS_OF] = None,
     ) -> Annotated[CallToolResult, Recollection]:
         found = await self._call(ctx, "read", lambda agent: self.client.recall(
             agent, query, limit=limit, category=category, tags=tags, mode=mode,
-            since=since, until=until, metadata=metadata))
-        lines = [f"{i}. [{r.memory.category}, score {r.score:.2f}, id {r.memory.id}] "
-                 f"{r.memory.content}" for i, r in enumerate(found, 1)]
+            since=since, until=until, metadata=metadata,
+            include_superseded=include_superseded, as_of=as_of))
+        lines = [f"{i}. [{r.memory.category}, score {r.score:.2f}, id {r.memory.id}"
+                 f"{_replaced(r.memory)}] {r.memory.content}" for i, r in enumerate(found, 1)]
         return _result("\n".join(lines) or "Nothing relevant remembered.",
                        Recollection(memories=found))
 
@@ -232,9 +285,10 @@ class MemoryTools:
         self, ctx: Context,
         query: Annotated[str, Field(description="The task or question at hand")],
         limit: Annotated[int, Field(ge=1, le=100, description="Memories to include")] = 10,
+        as_of: Annotated[str | None, AS_OF] = None,
     ) -> Annotated[CallToolResult, ContextResult]:
-        text = await self._call(ctx, "read",
-                                lambda agent: self.client.context(agent, query, limit=limit))
+        text = await self._call(ctx, "read", lambda agent: self.client.context(
+            agent, query, limit=limit, as_of=as_of))
         return _result(text or "Nothing relevant remembered.", ContextResult(context=text))
 
     async def list_memories(
@@ -243,12 +297,25 @@ class MemoryTools:
         limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
         offset: Annotated[int, Field(ge=0, le=check.MAX_BIGINT,
                                      description="Memories to skip")] = 0,
+        include_superseded: Annotated[bool, Field(description=(
+            "Also memories that were replaced, marked"))] = False,
+        as_of: Annotated[str | None, AS_OF] = None,
     ) -> Annotated[CallToolResult, Page]:
         page = await self._call(ctx, "read", lambda agent: self.client.list(
-            agent, category=category, limit=limit, offset=offset))
-        lines = [f"- [{m.category}, id {m.id}] {m.content}" for m in page.items]
+            agent, category=category, limit=limit, offset=offset,
+            include_superseded=include_superseded, as_of=as_of))
+        lines = [f"- [{m.category}, id {m.id}{_replaced(m)}] {m.content}" for m in page.items]
         header = f"{len(page.items)} of {page.total} memories (from {offset}):"
         return _result("\n".join([header, *lines]), page)
+
+    async def history(
+        self, ctx: Context,
+        memory_id: Annotated[str, Field(description="The memory's id, as recall or "
+                                                    "list_memories gave it")],
+    ) -> Annotated[CallToolResult, History]:
+        found = await self._call(ctx, "read",
+                                 lambda agent: self.client.history(agent, memory_id))
+        return _result(_history_text(found), found)
 
     async def kg_add(
         self, ctx: Context,
@@ -269,9 +336,10 @@ class MemoryTools:
         start_id: Annotated[str, Field(description="The entity to start from")],
         depth: Annotated[int, Field(ge=0, le=check.MAX_KG_DEPTH,
                                     description="How many relation hops to follow")] = 2,
+        as_of: Annotated[str | None, AS_OF] = None,
     ) -> Annotated[CallToolResult, Entities]:
         found = await self._call(ctx, "read", lambda agent: self.client.kg_query(
-            agent, start_id, depth))
+            agent, start_id, depth, as_of=as_of))
         lines = [f"- {e.id} ({e.type}) {e.attributes or ''} -> "
                  + ", ".join(f"{r.type} {r.target}" for r in e.relations) for e in found]
         return _result("\n".join(lines) or f"Nothing known about {start_id}.",
@@ -300,6 +368,8 @@ TOOLS: tuple[tuple[str, str, ToolAnnotations], ...] = (
     ("context", "The memories relevant to a task, as one block of text to read before "
                 "answering.", _READ),
     ("list_memories", "Browse your memories, newest first, a page at a time.", _READ),
+    ("history", "How one memory came to be as it is: its earlier versions (when, why, by "
+                "whom) and what it replaced or was replaced by.", _READ),
     ("kg_add", "Add or update an entity in your knowledge graph, with attributes and "
                "relations to other entities.", _ADD),
     ("kg_query", "What your knowledge graph holds about an entity and its neighbours, up "
@@ -321,6 +391,7 @@ class MemorydServer(MCPServer):
         if name not in TOOL_NAMES:
             raise ToolError(problems.said(ValidationError(
                 "name", f"is not a tool; the tools are {', '.join(sorted(TOOL_NAMES))}")))
+        self._refuse_unknown(name, arguments)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -329,6 +400,17 @@ class MemorydServer(MCPServer):
                 # (caused by pydantic's error, so the SDK logs the field names only)
                 raise ToolError(problems.said(check.refusal(cause, "arguments"))) from cause
             raise
+
+    def _refuse_unknown(self, name: str, arguments: dict[str, Any]) -> None:
+        """An argument the tool does not take is refused by name (pydantic would drop
+        it): a caller learns that ``actor`` or a misspelt filter did nothing."""
+        tool = self._tool_manager.get_tool(name)
+        known = set(tool.parameters.get("properties", {})) if tool is not None else set()
+        unknown = sorted(set(arguments or {}) - known, key=str)
+        if unknown:
+            raise ToolError(problems.said(ValidationError(
+                check.field_name("", unknown[0], "arguments"), "is not an argument of this "
+                                                               "tool")))
 
 
 # Which of JSON-RPC's messages a body means to be, by the member that only it has: the

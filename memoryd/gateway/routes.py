@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 from urllib.parse import quote
+from uuid import UUID
 
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
@@ -26,10 +27,12 @@ from memoryd.types import (
     ContextResult,
     Deleted,
     Entity,
+    History,
     Memory,
     Page,
     Recalled,
     RecallRequest,
+    Restored,
     SessionInfo,
     StoreBatch,
     StoreItem,
@@ -38,8 +41,23 @@ from memoryd.types import (
 
 # `:path`: agent ids may hold slashes ("team-a/scout", for prefix-scoped keys).
 router = APIRouter(prefix="/v1/agents/{agent:path}", tags=["memories"])
+
+
+class SupersedeRequest(BaseModel):
+    """The memories (ids, of the same agent) that the memory named in the path replaces."""
+
+    supersedes: list[str]
+
+
+class Superseded(BaseModel):
+    """The memory named in the path, and the memories it now replaces."""
+
+    id: UUID
+    superseded: list[UUID]
+
+
 REQUEST_MODELS: list[type[BaseModel]] = [StoreItem, StoreBatch, RecallRequest, ContextRequest,
-                                         Entity]
+                                         Entity, SupersedeRequest]
 
 
 # Seconds a caller following an accepted store should wait between looks.
@@ -60,15 +78,16 @@ def store(agent: str, key: Key, client: Client, config: Config, accepted: Accept
           payload: JsonBody, response: Response
           ) -> StoreResult | list[StoreResult] | TaskAccepted:
     agent_id = access.authorize(key, agent, "write")
+    actor = access.actor(key)
     if isinstance(payload, dict) and set(payload) == {"items"}:
-        batch = client.store_many(agent_id, payload["items"], wait=False)
+        batch = client.store_many(agent_id, payload["items"], wait=False, actor=actor)
         assert isinstance(batch, Pending)
         results = accepted.wait_or_accept(batch, agent_id)
         return answered(results, agent_id, response)
     if not isinstance(payload, dict):
         raise ValidationError("body", "must be a JSON object")
     item = check.store_item(payload, config.max_content_bytes)
-    one = client.store(agent_id, item.content, wait=False,
+    one = client.store(agent_id, item.content, wait=False, actor=actor,
                        **item.model_dump(exclude_none=True, exclude={"content"}))
     assert isinstance(one, Pending)
     result = accepted.wait_or_accept(one, agent_id)
@@ -108,21 +127,55 @@ def created_status(*results: StoreResult) -> int:
     return 201 if any(r.stored for r in results) else 200
 
 
+AS_OF = Query(description="ISO-8601: what was true then (valid_from <= as_of < valid_to)")
+
+
 @router.get("/memories", summary="List memories, newest first, a page at a time")
 def list_memories(agent: str, key: Key, client: Client, category: str | None = None,
                   limit: Annotated[int, Query()] = 50,
                   offset: Annotated[int, Query()] = 0,
                   since: Annotated[str | None, Query(description="ISO-8601, inclusive")] = None,
-                  until: Annotated[str | None, Query(description="ISO-8601, exclusive")] = None
-                  ) -> Page:
+                  until: Annotated[str | None, Query(description="ISO-8601, exclusive")] = None,
+                  include_superseded: Annotated[bool, Query(
+                      description="replaced memories too, marked")] = False,
+                  as_of: Annotated[str | None, AS_OF] = None) -> Page:
     agent_id = access.authorize(key, agent, "read")
     return client.list(agent_id, category=category, limit=limit, offset=offset,
-                       since=since, until=until)
+                       since=since, until=until, include_superseded=include_superseded,
+                       as_of=as_of)
 
 
 @router.get("/memories/{memory_id}", summary="One memory")
 def get_memory(agent: str, memory_id: str, key: Key, client: Client) -> Memory:
     return client.get(access.authorize(key, agent, "read"), memory_id)
+
+
+@router.get("/memories/{memory_id}/history",
+            summary="A memory, each earlier state of it, and what it replaced or was "
+                    "replaced by")
+def history(agent: str, memory_id: str, key: Key, client: Client) -> History:
+    return client.history(access.authorize(key, agent, "read"), memory_id)
+
+
+@router.post("/memories/{memory_id}/supersedes", openapi_extra=request_body(SupersedeRequest),
+             summary="Mark memories of this agent as replaced by this one (after the fact)")
+def supersede(agent: str, memory_id: str, key: Key, client: Client,
+              payload: JsonBody) -> Superseded:
+    agent_id = access.authorize(key, agent, "write")
+    ref = check.memory_id(memory_id)
+    asked = check.request(SupersedeRequest, payload)
+    done = client.supersede(agent_id, ref, asked.supersedes, actor=access.actor(key))
+    return Superseded(id=ref, superseded=done)
+
+
+@router.post("/memories/{memory_id}/current",
+             summary="Undo a supersession: the memory is current again (restored false: "
+                     "it already was)")
+def unsupersede(agent: str, memory_id: str, key: Key, client: Client) -> Restored:
+    agent_id = access.authorize(key, agent, "write")
+    ref = check.memory_id(memory_id)
+    return Restored(id=ref, restored=client.unsupersede(agent_id, ref,
+                                                        actor=access.actor(key)))
 
 
 @router.delete("/memories/{memory_id}", summary="Forget one memory (404 if there is none)")
@@ -161,9 +214,10 @@ def kg_add(agent: str, key: Key, client: Client, payload: JsonBody) -> Added:
 @router.get("/kg/entities/{entity_id:path}",
             summary="An entity and what it relates to, up to depth hops away")
 def kg_query(agent: str, entity_id: str, key: Key, client: Client,
-             depth: Annotated[int, Query()] = 2) -> list[Entity]:
+             depth: Annotated[int, Query()] = 2,
+             as_of: Annotated[str | None, AS_OF] = None) -> list[Entity]:
     agent_id = access.authorize(key, agent, "read")
-    found = client.kg_query(agent_id, entity_id, depth)
+    found = client.kg_query(agent_id, entity_id, depth, as_of=as_of)
     if not found:
         raise NotFound("no such entity for this agent")
     return found

@@ -88,14 +88,28 @@ class Outcome:
 def settle(session: Session, agent_id: str, ids: Sequence[uuid.UUID], judges: Judges, *,
            cause: str = "judge", actor: str | None = None) -> Outcome:
     """Judge the agent's memories ``ids`` against their candidates and apply or queue
-    what the judges decide, in the caller's transaction."""
+    what the judges decide, in the caller's transaction (for judges that call nothing
+    outside: an LLM's call is made between ``pairs_of`` and ``record``)."""
+    pairs = pairs_of(session, agent_id, ids)
+    if not pairs:
+        return Outcome()
+    applied, queued = decide(pairs, judges, cause)
+    return record(session, agent_id, applied, queued, judged=len(pairs), actor=actor)
+
+
+def pairs_of(session: Session, agent_id: str, ids: Sequence[uuid.UUID]
+             ) -> list[tuple[Said, Said]]:
+    """The agent's current memories ``ids`` paired with their candidates."""
     fresh = [Said(r.id, r.content, r.valid_from) for r in session.execute(
         _FRESH, {"agent_id": agent_id, "ids": [str(i) for i in ids]})]
-    pairs = candidate_pairs(session, agent_id, fresh)
-    outcome = Outcome(judged=len(pairs))
-    if not pairs:
-        return outcome
-    applied, queued = decide(pairs, judges, cause)
+    return candidate_pairs(session, agent_id, fresh)
+
+
+def record(session: Session, agent_id: str, applied: Sequence[Decision],
+           queued: Sequence[Decision], *, judged: int = 0,
+           actor: str | None = None) -> Outcome:
+    """Apply and queue decisions (those whose old memory is still current)."""
+    outcome = Outcome(judged=judged)
     for old in supersession.apply(session, agent_id, applied, actor=actor):
         new = next(d.new_id for d in applied if d.old_id == old)
         outcome.superseded.setdefault(new, []).append(old)

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import structlog
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -20,7 +21,7 @@ from memoryd.config import Settings, get_settings
 from memoryd.db import migrate as migrations
 from memoryd.db import replicas as replication
 from memoryd.db.engine import make_engine, session_scope
-from memoryd.errors import NotFound, ValidationError
+from memoryd.errors import LLMError, NotFound, ValidationError
 from memoryd.memory import (
     detection,
     erasure,
@@ -56,6 +57,8 @@ from memoryd.types import (
     StoreResult,
     Supersession,
 )
+
+log = structlog.get_logger(__name__)
 
 # ``list``'s orders. By key, in code point order whatever the database's collation, so
 # a caller can page through keys it sorts the same way.
@@ -207,9 +210,41 @@ class MemoryStore:
         memories each replaces are superseded (``settle``). ``actor``: who stores them
         (``key:<id>``), as versions and supersessions record it."""
         rows = writes.prepare(self.embedder, pairs, actor=actor)
+        judges = self.judges
+        # An LLM's call is made after the commit, never inside a transaction.
+        judge_now = judges if judges is not None and judges.llm is None else None
         with self.write_session(*{agent for agent, _ in pairs}) as session:
             results = writes.write(session, rows)
-            return settle(session, pairs, results, self.judges, actor=actor)
+            results, later = settle(session, pairs, results, judge_now, actor=actor,
+                                    judging=judges is not None)
+        if later and judges is not None:
+            results = self._judge_after(later, results, judges, actor=actor)
+        return results
+
+    def _judge_after(self, pending: Mapping[str, builtins.list[uuid.UUID]],
+                     results: builtins.list[StoreResult], judges: detection.Judges, *,
+                     actor: str | None) -> builtins.list[StoreResult]:
+        """Judge committed memories with the LLM beside the offline judge: candidates
+        read, the one call made outside any transaction, decisions written in a short
+        one. An LLM that fails leaves the offline judge alone (``reconcile`` can judge
+        them again later)."""
+        superseded: dict[uuid.UUID, builtins.list[uuid.UUID]] = {}
+        for agent, ids in pending.items():
+            with self.session() as session:
+                pairs = detection.pairs_of(session, agent, ids)
+            if not pairs:
+                continue
+            try:
+                applied, queued = detection.decide(pairs, judges, "judge")
+            except LLMError as exc:
+                log.warning("store.llm_judge_failed", error=type(exc).__name__)
+                applied, queued = detection.decide(pairs, detection.Judges(), "judge")
+            with self.write_session(agent) as session:
+                outcome = detection.record(session, agent, applied, queued,
+                                           judged=len(pairs), actor=actor)
+            for new, olds in outcome.superseded.items():
+                superseded.setdefault(new, []).extend(olds)
+        return _with_superseded(results, superseded)
 
     @property
     def judges(self) -> detection.Judges | None:
@@ -479,23 +514,32 @@ class MemoryStore:
 
 def settle(session: Session, pairs: Sequence[tuple[str, StoreItem]],
            results: Sequence[StoreResult], judges: detection.Judges | None, *,
-           actor: str | None = None) -> builtins.list[StoreResult]:
+           actor: str | None = None, judging: bool = True
+           ) -> tuple[builtins.list[StoreResult], dict[str, builtins.list[uuid.UUID]]]:
     """After a store's writes: each item's explicit ``supersedes`` is checked and applied;
-    the new memories that named none are judged against their candidates, agent by
-    agent. Results say what each memory superseded."""
+    the new memories that named none are judged against their candidates by ``judges``,
+    agent by agent, or, without them, returned to judge after the commit (when
+    ``judging``). Results say what each memory superseded."""
     superseded: dict[uuid.UUID, builtins.list[uuid.UUID]] = {}
-    judged: dict[str, builtins.list[uuid.UUID]] = {}
+    unjudged: dict[str, builtins.list[uuid.UUID]] = {}
     for (agent, item), result in zip(pairs, results, strict=True):
         if item.supersedes:
             superseded.setdefault(result.id, []).extend(supersession.explicit(
                 session, agent, result.id, item.supersedes, actor=actor))
-        elif result.stored and judges is not None:
-            judged.setdefault(agent, []).append(result.id)
-    for agent, ids in judged.items():
-        assert judges is not None
-        outcome = detection.settle(session, agent, ids, judges, actor=actor)
-        for new, olds in outcome.superseded.items():
-            superseded.setdefault(new, []).extend(olds)
+        elif result.stored and judging:
+            unjudged.setdefault(agent, []).append(result.id)
+    if judges is not None:
+        for agent, ids in unjudged.items():
+            outcome = detection.settle(session, agent, ids, judges, actor=actor)
+            for new, olds in outcome.superseded.items():
+                superseded.setdefault(new, []).extend(olds)
+        unjudged = {}
+    return _with_superseded(results, superseded), unjudged
+
+
+def _with_superseded(results: Sequence[StoreResult],
+                     superseded: Mapping[uuid.UUID, Sequence[uuid.UUID]]
+                     ) -> builtins.list[StoreResult]:
     return [r.model_copy(update={"superseded": (*r.superseded, *superseded.get(r.id, ()))})
             if r.id in superseded else r for r in results]
 

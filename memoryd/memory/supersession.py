@@ -149,7 +149,7 @@ def queue_review(session: Session, agent_id: str, decisions: Sequence[Decision],
 
 
 # --- explicit supersession ------------------------------------------------------------
-_HELD = text("""SELECT id, valid_to IS NULL AS current FROM memories
+_HELD = text("""SELECT id, valid_to IS NULL AS current, superseded_by FROM memories
                 WHERE agent_id = :a AND id = ANY(CAST(:ids AS uuid[]))""")
 # Whether ``new`` was itself replaced, directly or down a chain, by one of ``olds``.
 _REPLACED_BY = text("""
@@ -168,16 +168,17 @@ def check_explicit(session: Session, agent_id: str, new_id: uuid.UUID | None,
     already superseded, the new memory itself, or one that replaced it (a cycle)."""
     if not old_ids:
         return
-    held: dict[uuid.UUID, bool] = dict(session.execute(_HELD, {
-        "a": agent_id, "ids": [str(i) for i in old_ids]}).all())
+    held = {row.id: row for row in session.execute(_HELD, {
+        "a": agent_id, "ids": [str(i) for i in old_ids]})}
     for index, old in enumerate(old_ids):
         field = f"supersedes[{index}]"
         if old not in held:
             raise NotFound(f"{field}: no such memory for this agent")
-        if not held[old]:
-            raise ValidationError(field, "names a memory that is already superseded")
         if new_id is not None and old == new_id:
             raise ValidationError(field, "names the memory being stored")
+        # Superseded by this very memory already: a retried store or call, done once.
+        if not held[old].current and (new_id is None or held[old].superseded_by != new_id):
+            raise ValidationError(field, "names a memory that is already superseded")
     if new_id is not None and session.execute(_REPLACED_BY, {
             "a": agent_id, "new": new_id, "olds": [str(i) for i in old_ids]}).first():
         raise ValidationError("supersedes", "would make a cycle: that memory replaced this one")

@@ -1,7 +1,8 @@
 """Operator tasks behind the gateway's admin endpoints (queue ``memory``: each is one
 short statement, or short batches within a time budget): maintenance history, memories
 per agent, how far a move to the configured embedding model is, restore an evicted
-memory, erase an agent, and have the broker's Redis forget what an erasure deleted."""
+memory, the review queue of unsure replacements, erase an agent, and have the broker's
+Redis forget what an erasure deleted."""
 
 from __future__ import annotations
 
@@ -59,6 +60,23 @@ def restore(target: int | str) -> str:
         if found is None:
             raise
         return str(found)
+
+
+@app.task(name="memoryd.admin.reviews", base=MemorydTask)
+def reviews(agent_id: str | None = None, status: str = "review", limit: int = 50,
+            offset: int = 0) -> Any:
+    """The review queue (or the decisions of another status), of one agent or all.
+    Read-only."""
+    return dump(get_store().reviews(agent_id, status=status, limit=limit, offset=offset))
+
+
+@app.task(name="memoryd.admin.decide_review", base=MemorydTask)
+def decide_review(review_id: int, accept: bool, agent_id: str | None = None,
+                  actor: str | None = None) -> Any:
+    """Accept or reject one queued replacement. Not repeatable: a redelivered message
+    finds it decided and answers ``NotFound`` (the decision stands)."""
+    return dump(get_store().decide_review(review_id, accept=accept, agent_id=agent_id,
+                                          actor=check.short_text("actor", actor)))
 
 
 # A compaction waits this long, a second at a time, for the erasure's message to be

@@ -46,13 +46,16 @@ class StoreTask(MemorydTask):
 
 
 @app.task(name="memoryd.store", base=StoreTask)
-def store(agent_id: str, content: str, **fields: Any) -> Any:
+def store(agent_id: str, content: str, actor: str | None = None, **fields: Any) -> Any:
     """Store one memory. Idempotent: a redelivered message finds the row its first
     delivery wrote (dedup by content hash) and returns it with duplicate=True.
+    ``actor``: who stores it (the gateway's ``key:<id>``), as versions record it.
 
     A worker runs these messages in batches (``store_batch``); this body is the
     ordinary path for a message a batch left to run alone."""
-    return dump(get_store().store(agent_id, content, **fields))
+    agent, item, who = _parsed({"agent_id": agent_id, "content": content, "actor": actor,
+                                **fields})
+    return dump(get_store().store_validated([(agent, item)], actor=who)[0])
 
 
 def store_batch(items: list[BatchItem]) -> list[str]:
@@ -62,54 +65,73 @@ def store_batch(items: list[BatchItem]) -> list[str]:
     acknowledge. Anything unexpected is left to the ordinary path (``FALLBACK``)."""
     backend = store.backend
     outcomes = [FALLBACK] * len(items)
-    accepted: list[tuple[int, str]] = []  # (index, task id)
-    pairs: list[tuple[str, StoreItem]] = []
+    # Versions record who stored what: one transaction per actor (usually one, or two).
+    by_actor: dict[str | None, list[tuple[int, str, tuple[str, StoreItem]]]] = {}
     for index, (task_id, args, kwargs) in enumerate(items):
         try:
-            pair = _store_request(args, kwargs)
+            request = _store_request(args, kwargs)
         except ValidationError as exc:
             backend.mark_as_failure(task_id, exc, call_errbacks=False)
             outcomes[index] = FAILED
             continue
         except Exception:  # noqa: S112 - anything else: the ordinary path reports it
             continue
-        if pair is not None:
-            accepted.append((index, task_id))
-            pairs.append(pair)
-    if not pairs:
-        return outcomes
+        if request is not None:
+            agent, item, actor = request
+            by_actor.setdefault(actor, []).append((index, task_id, (agent, item)))
+    for actor, accepted in by_actor.items():
+        _store_together(accepted, actor, outcomes)
+    return outcomes
+
+
+def _store_together(accepted: list[tuple[int, str, tuple[str, StoreItem]]],
+                    actor: str | None, outcomes: list[str]) -> None:
+    """One transaction for the messages of one actor; each message's result stored under
+    its task id and its outcome set to ``DONE`` (left ``FALLBACK`` if anything fails)."""
+    backend = store.backend
     try:
-        results = get_store().store_validated(pairs)
+        results = get_store().store_validated([pair for _, _, pair in accepted], actor=actor)
     except Exception as exc:
-        # Transient database trouble and the like: each message runs alone, retried as usual.
-        log.warning("store.batch_failed", size=len(pairs), error=type(exc).__name__)
-        return outcomes
-    for (index, task_id), result in zip(accepted, results, strict=True):
+        # Transient database trouble, a refused ``supersedes`` and the like: each message
+        # runs alone, retried or refused as usual.
+        log.warning("store.batch_failed", size=len(accepted), error=type(exc).__name__)
+        return
+    for (index, task_id, _), result in zip(accepted, results, strict=True):
         try:
             backend.mark_as_done(task_id, dump(result))
         except Exception as exc:
             log.warning("store.batch_result_failed", error=type(exc).__name__)
             continue  # committed: running it alone returns the row as a duplicate
         outcomes[index] = DONE
-    return outcomes
 
 
-def _store_request(args: object, kwargs: dict[str, Any]) -> tuple[str, StoreItem] | None:
-    """A store message's (agent id, validated item), or None when the message is not
-    in the client's shape (the ordinary path then reports it)."""
+def _store_request(args: object, kwargs: dict[str, Any]
+                   ) -> tuple[str, StoreItem, str | None] | None:
+    """A store message's (agent id, validated item, actor), or None when the message is
+    not in the client's shape (the ordinary path then reports it)."""
     if args or "agent_id" not in kwargs or "content" not in kwargs:
         return None
+    return _parsed(kwargs)
+
+
+def _parsed(kwargs: dict[str, Any]) -> tuple[str, StoreItem, str | None]:
+    """A store message's arguments, validated: (agent id, item, actor)."""
     fields = dict(kwargs)
     agent = check.agent_id(fields.pop("agent_id"))
+    actor = check.short_text("actor", fields.pop("actor", None))
     item = check.store_item({"content": fields.pop("content"), **fields},
                             get_store().settings.max_content_bytes)
-    return agent, item
+    return agent, item, actor
 
 
 @app.task(name="memoryd.store_many", base=MemorydTask)
-def store_many(agent_id: str, items: list[dict[str, Any]]) -> Any:
+def store_many(agent_id: str, items: list[dict[str, Any]], actor: str | None = None) -> Any:
     """Store a batch in one embedding pass and one transaction. Idempotent like ``store``."""
-    return dump(get_store().store_many(agent_id, items))
+    memory_store = get_store()
+    agent = check.agent_id(agent_id)
+    checked = check.store_items(items, memory_store.settings.max_content_bytes)
+    return dump(memory_store.store_validated([(agent, item) for item in checked],
+                                             actor=check.short_text("actor", actor)))
 
 
 @app.task(name="memoryd.recall", base=MemorydTask)
@@ -125,8 +147,8 @@ RECALL_OPTIONS = frozenset(RecallRequest.model_fields) - {"query"}
 
 
 @app.task(name="memoryd.context", base=MemorydTask)
-def context(agent_id: str, query: str, limit: int = 10) -> str:
-    return get_store().context(agent_id, query, limit=limit)
+def context(agent_id: str, query: str, limit: int = 10, as_of: str | None = None) -> str:
+    return get_store().context(agent_id, query, limit=limit, as_of=as_of)
 
 
 @app.task(name="memoryd.forget", base=MemorydTask)
@@ -143,9 +165,11 @@ def get(agent_id: str, memory_id: str) -> Any:
 @app.task(name="memoryd.list", base=MemorydTask)
 def list_memories(agent_id: str, category: str | None = None, limit: int = 50,
                   offset: int = 0, since: str | None = None, until: str | None = None,
-                  metadata: dict[str, Any] | None = None, order: str = "newest") -> Any:
+                  metadata: dict[str, Any] | None = None, order: str = "newest",
+                  include_superseded: bool = False, as_of: str | None = None) -> Any:
     return dump(get_store().list(agent_id, category=category, limit=limit, offset=offset,
-                                 since=since, until=until, metadata=metadata, order=order))
+                                 since=since, until=until, metadata=metadata, order=order,
+                                 include_superseded=include_superseded, as_of=as_of))
 
 
 @app.task(name="memoryd.metadata_values", base=MemorydTask)
@@ -162,8 +186,32 @@ def kg_add(agent_id: str, entity: dict[str, Any]) -> bool:
 
 
 @app.task(name="memoryd.kg.query", base=MemorydTask)
-def kg_query(agent_id: str, start_id: str, depth: int = 2) -> Any:
-    return dump(get_store().kg_query(agent_id, start_id, depth=depth))
+def kg_query(agent_id: str, start_id: str, depth: int = 2, as_of: str | None = None) -> Any:
+    return dump(get_store().kg_query(agent_id, start_id, depth=depth, as_of=as_of))
+
+
+@app.task(name="memoryd.history", base=MemorydTask)
+def history(agent_id: str, memory_id: str) -> Any:
+    """A memory, its earlier states and its supersessions. Read-only."""
+    return dump(get_store().history(agent_id, memory_id))
+
+
+@app.task(name="memoryd.supersede", base=MemorydTask)
+def supersede(agent_id: str, memory_id: str, supersedes: list[str],
+              actor: str | None = None) -> list[str]:
+    """Mark memories as replaced by ``memory_id``. Idempotent in effect: a redelivered
+    message finds them superseded already and is refused, having changed nothing."""
+    done = get_store().supersede(agent_id, memory_id, supersedes,
+                                 actor=check.short_text("actor", actor))
+    return [str(memory) for memory in done]
+
+
+@app.task(name="memoryd.unsupersede", base=MemorydTask)
+def unsupersede(agent_id: str, memory_id: str, actor: str | None = None) -> bool:
+    """Make a superseded memory current again. Idempotent: a second delivery finds it
+    current and returns False."""
+    return get_store().restore_superseded(agent_id, memory_id,
+                                          actor=check.short_text("actor", actor))
 
 
 @app.task(name="memoryd.sessions", base=MemorydTask)

@@ -63,7 +63,7 @@ def test_store_recall_list_context_forget(service_env: dict[str, str], store: Me
 
     again = as_json(memoryd(service_env, "store", agent, "The user prefers dark mode.",
                             "--json"))
-    assert again == {"id": memory_id, "stored": False, "duplicate": True}
+    assert again == {"id": memory_id, "stored": False, "duplicate": True, "superseded": []}
     other = as_json(memoryd(service_env, "store", agent, "Deploys happen on Thursdays.",
                             "--json"))
     assert other["stored"] is True

@@ -57,11 +57,11 @@ def test_the_http_example_makes_a_key_stores_and_recalls_with_curl(
     env = _with_venv_path(service_env, MEMORYD_URL=gateway.url)
     command = ["bash", str(EXAMPLES / "http.sh"), agent_id]
     stored, recalled = (json.loads(line) for line in _run(command, env))
-    assert stored == {"id": stored["id"], "stored": True, "duplicate": False}
+    assert stored == {"id": stored["id"], "stored": True, "duplicate": False, "superseded": []}
     assert [(h["memory"]["id"], h["memory"]["content"]) for h in recalled] == [
         (stored["id"], "User prefers dark mode")]
     again, _ = (json.loads(line) for line in _run(command, env))
-    assert again == {"id": stored["id"], "stored": False, "duplicate": True}
+    assert again == {"id": stored["id"], "stored": False, "duplicate": True, "superseded": []}
     assert _contents(store, agent_id) == ["User prefers dark mode"]
 
 

@@ -149,7 +149,7 @@ def test_an_mcp_remember_no_worker_takes_in_time_is_accepted_and_followed_to_its
     accepted, pending = run_http(unconsumed_gateway.url, auth, remember)
     task_id = structured(accepted)["task_id"]
     assert structured(accepted) == {"status": "pending", "task_id": task_id, "id": None,
-                                    "stored": False, "duplicate": False}
+                                    "stored": False, "duplicate": False, "superseded": []}
     assert task_id in accepted.content[0].text and "remember_status" in accepted.content[0].text
     assert pending == structured(accepted)
 

@@ -45,7 +45,8 @@ def test_a_memory_is_stored_read_listed_and_forgotten_over_http(
     memory_id = made.json()["id"]
     again = http.post(base, headers=auth, json={"content": "The user's cat is called Miso."})
     assert again.status_code == 200, again.text  # nothing created: the memory it matched
-    assert again.json() == {"id": memory_id, "stored": False, "duplicate": True}
+    assert again.json() == {"id": memory_id, "stored": False, "duplicate": True,
+                            "superseded": []}
 
     one = http.get(f"{base}/{memory_id}", headers=auth)
     assert one.status_code == 200
@@ -97,7 +98,8 @@ def test_a_batch_answers_201_when_it_creates_a_memory_and_200_when_all_were_stor
     mixed = http.post(path, headers=auth, json={"items": [{"content": "Tea at four."},
                                                           {"content": "Cake on Sundays."}]})
     assert mixed.status_code == 201, mixed.text
-    assert mixed.json()[0] == {"id": tea["id"], "stored": False, "duplicate": True}
+    assert mixed.json()[0] == {"id": tea["id"], "stored": False, "duplicate": True,
+                               "superseded": []}
     assert mixed.json()[1]["stored"] is True
     again = http.post(path, headers=auth, json={"items": [{"content": "Cake on Sundays."},
                                                           {"content": "Tea at four."}]})
@@ -244,7 +246,14 @@ def test_health_readiness_openapi_docs_and_metrics(http: httpx.Client, store: Me
     assert "/v1/agents/{agent}/recall" in document["paths"]
     assert "/v1/jobs/{job}/runs" in document["paths"]
     schemas = document["components"]["schemas"]
-    assert {"RecallRequest", "StoreItem", "StoreBatch", "Entity", "Recalled"} <= set(schemas)
+    assert {"RecallRequest", "StoreItem", "StoreBatch", "Entity", "Recalled",
+            "SupersedeRequest", "History", "Supersession"} <= set(schemas)
+    assert {"include_superseded", "as_of"} <= set(schemas["RecallRequest"]["properties"])
+    assert {"supersedes", "valid_from"} <= set(schemas["StoreItem"]["properties"])
+    assert {"/v1/agents/{agent}/memories/{memory_id}/history",
+            "/v1/agents/{agent}/memories/{memory_id}/supersedes",
+            "/v1/agents/{agent}/memories/{memory_id}/current", "/v1/admin/reviews",
+            "/v1/admin/reviews/{review_id}/accept"} <= set(document["paths"])
     recall_body = document["paths"]["/v1/agents/{agent}/recall"]["post"]["requestBody"]
     assert recall_body["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/RecallRequest"}

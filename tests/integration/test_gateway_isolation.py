@@ -31,6 +31,9 @@ ENDPOINTS: list[tuple[str, str, dict[str, Any] | None, bool]] = [
     ("POST", "/v1/agents/{a}/memories", {"items": [{"content": "planted by B"}]}, True),
     ("GET", "/v1/agents/{a}/memories", None, False),
     ("GET", "/v1/agents/{a}/memories/{m}", None, False),
+    ("GET", "/v1/agents/{a}/memories/{m}/history", None, False),
+    ("POST", "/v1/agents/{a}/memories/{m}/supersedes", {"supersedes": ["{m}"]}, True),
+    ("POST", "/v1/agents/{a}/memories/{m}/current", None, True),
     ("DELETE", "/v1/agents/{a}/memories/{m}", None, True),
     ("POST", "/v1/agents/{a}/recall", {"query": "launch code"}, False),
     ("POST", "/v1/agents/{a}/context", {"query": "launch code"}, False),
@@ -98,7 +101,7 @@ def test_no_mcp_tool_reaches_an_agent_through_the_agent_header(
     arguments = {"remember": {"content": "planted by B"}, "recall": {"query": "launch"},
                  "forget": {"memory_id": agent_a["m"]}, "context": {"query": "launch"},
                  "list_memories": {}, "kg_add": {"id": "vault"},
-                 "kg_query": {"start_id": "vault"},
+                 "kg_query": {"start_id": "vault"}, "history": {"memory_id": agent_a["m"]},
                  "remember_status": {"task_id": "00000000-0000-4000-8000-000000000000"}}
     assert set(arguments) == TOOLS
     accept = {"Accept": "application/json, text/event-stream"}
@@ -119,19 +122,25 @@ def test_mcp_tools_bound_to_b_never_touch_as_data_whatever_the_arguments(
     key = make_key(store, agents=(f"{agent_a['team']}/bob",))
 
     async def session(client: Client) -> list[Any]:
-        calls = [("recall", {"query": "launch code 0451", "mode": "deep"}),
+        calls: list[tuple[str, dict[str, Any]]] = [
+                 ("recall", {"query": "launch code 0451", "mode": "deep"}),
                  ("context", {"query": "launch code"}),
                  ("list_memories", {"limit": 200}),
                  ("forget", {"memory_id": agent_a["m"]}),
                  ("kg_query", {"start_id": "vault"}),
                  ("kg_add", {"id": "vault", "attributes": {"owner": "bob"}}),
-                 ("remember", {"content": SECRET})]
+                 ("remember", {"content": SECRET}),
+                 ("history", {"memory_id": agent_a["m"]}),
+                 ("remember", {"content": "A's memory is replaced by B's.",
+                               "supersedes": [agent_a["m"]]})]
         return [await client.call_tool(name, args) for name, args in calls]
 
     results = run_http(gateway.url, bearer(key), session)
-    seen = " ".join(str(r.content) + str(r.structured_content) for r in results[:5])
+    seen = " ".join(str(r.content) + str(r.structured_content)
+                    for r in [*results[:5], *results[7:]])
     assert SECRET not in seen and "0451" not in seen
     assert results[3].structured_content == {"id": agent_a["m"], "forgotten": False}
+    assert results[7].is_error and results[8].is_error  # A's memory is not B's to see
     assert agent_snapshot(store, agent_a["a"]) == before
 
 
@@ -151,7 +160,8 @@ def test_a_read_only_admin_key_only_dry_runs_jobs_and_reads_reports(
     changes = [("/v1/jobs/expire/runs", {"dry_run": False}),
                ("/v1/jobs/expire/runs", {}),
                ("/v1/jobs/expire/runs", {"agent_id": agent_a["a"], "wait": False}),
-               (f"/v1/evicted/{evicted}/restore", None)]
+               (f"/v1/evicted/{evicted}/restore", None),
+               ("/v1/admin/reviews/1/accept", None), ("/v1/admin/reviews/1/reject", None)]
     for path, body in changes:
         answer = http.post(path, headers=read_only_admin, json=body)
         assert answer.status_code == 403, (path, body, answer.text)
@@ -165,7 +175,7 @@ def test_a_read_only_admin_key_only_dry_runs_jobs_and_reads_reports(
     dry = http.post("/v1/jobs/expire/runs", headers=read_only_admin,
                     json={"agent_id": agent_a["a"], "dry_run": True})
     assert dry.status_code == 200 and dry.json()["status"] == "ok", dry.text
-    for report in ("/v1/jobs/runs", "/v1/stats", "/v1/embeddings"):
+    for report in ("/v1/jobs/runs", "/v1/stats", "/v1/embeddings", "/v1/admin/reviews"):
         assert http.get(report, headers=read_only_admin).status_code == 200, report
     assert agent_snapshot(store, agent_a["a"]) == before
     with store.session() as session:

@@ -40,7 +40,7 @@ def _check_session(outcome: dict[str, Any]) -> None:
         assert tool.input_schema["type"] == "object"
         assert "agent_id" not in tool.input_schema["properties"]
         assert "agent" not in tool.input_schema["properties"]
-    for name in ("recall", "context", "list_memories", "kg_query"):
+    for name in ("recall", "context", "list_memories", "kg_query", "history"):
         assert tools[name].annotations.read_only_hint is True
     assert tools["forget"].annotations.destructive_hint is True
     assert tools["remember"].annotations.read_only_hint is False
@@ -112,6 +112,8 @@ def test_an_agent_id_argument_cannot_redirect_a_tool(
     result = run_http(gateway.url, bearer(key), session)
     assert "Tuesday" not in str(result.content) and "Tuesday" not in str(
         result.structured_content)
+    # Refused by name, not silently dropped: the caller learns it did nothing.
+    assert result.is_error and "validation_error: agent_id: " in result.content[0].text
     assert store.list(victim).total == 1
 
 
@@ -145,6 +147,9 @@ def test_a_refused_tool_call_names_the_argument_and_never_repeats_the_value(
              ("kg_add", {"id": "x", "relations": [{"target": secret}]}, "relations[0].type"),
              ("list_memories", {"category": secret}, "category"),
              ("recall", {"query": "x", "mode": secret}, "mode"),
+             ("recall", {"query": "x", "as_of": secret}, "as_of"),
+             ("remember", {"content": "x", "supersedes": [secret]}, "supersedes[0]"),
+             ("history", {"memory_id": secret}, "memory_id"),
              (secret, {}, "name")]
 
     async def session(client: Client) -> list[Any]:

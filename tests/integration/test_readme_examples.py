@@ -96,10 +96,11 @@ def test_the_http_five_lines_store_and_recall_through_a_key_they_create(
         agent_id: str) -> None:
     script = _localize(_block("README.md", "## HTTP in five lines", "bash"), gateway, agent_id)
     out = _run_bash(script, _env(service_env))
-    stored, recalled = (json.loads(line) for line in out.split("\n") if line.strip())
-    assert stored["duplicate"] is False
-    assert recalled[0]["memory"]["content"] == "User prefers dark mode"
+    stored, recalled, history = (json.loads(line) for line in out.split("\n") if line.strip())
+    assert stored["duplicate"] is False and stored["superseded"] == [history["memory"]["id"]]
+    assert recalled[0]["memory"]["content"] == "User prefers light mode"  # as of February
     assert recalled[0]["memory"]["agent_id"] == agent_id
+    assert [v["cause"] for v in history["versions"]] == ["superseded"]
 
 
 def test_every_curl_line_of_the_http_reference_succeeds(
@@ -154,4 +155,5 @@ def test_the_client_five_lines_store_and_recall_through_the_worker(
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("User prefers dark mode ")
+    assert done.stdout.rstrip().endswith("User prefers light mode superseded")
     assert [m.content for m in store.list(agent_id).items] == ["User prefers dark mode"]

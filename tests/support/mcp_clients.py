@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 T = TypeVar("T")
 # The tools memoryd serves, by name.
 TOOLS = {"remember", "remember_status", "recall", "forget", "context", "list_memories",
-         "kg_add", "kg_query"}
+         "kg_add", "kg_query", "history"}
 
 
 def run_http(url: str, headers: dict[str, str],

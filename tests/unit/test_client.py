@@ -112,6 +112,19 @@ CASES: list[tuple[str, Callable[[MemoryClient], object], str]] = [
     ("created_at", lambda c: c.store("a", "t", created_at=12), "created_at"),
     ("unknown field", lambda c: c.store("a", "t", colour="red"), "colour"),
     ("store wait=False", lambda c: c.store("", "t", wait=False), "agent_id"),
+    ("supersedes str", lambda c: c.store("a", "t", supersedes=UUID), "supersedes"),
+    ("supersedes id", lambda c: c.store("a", "t", supersedes=[UUID, "nope"]),
+     "supersedes[1]"),
+    ("supersedes too many", lambda c: c.store("a", "t", supersedes=[
+        f"00000000-0000-4000-8000-{i:012d}" for i in range(101)]), "supersedes"),
+    ("valid_from naive", lambda c: c.store("a", "t", valid_from=datetime(2020, 1, 1)),
+     "valid_from"),
+    ("actor blank", lambda c: c.store("a", "t", actor=" "), "actor"),
+    ("store_many supersedes", lambda c: c.store_many("a", [{"content": "t",
+                                                            "supersedes": ["x"]}]),
+     "items[0].supersedes[0]"),
+    ("store_many actor", lambda c: c.store_many("a", [{"content": "t"}], actor=7),  # type: ignore[arg-type]
+     "actor"),
     # store_many
     ("items str", lambda c: c.store_many("a", "text"), "items"),  # type: ignore[arg-type]
     ("items empty", lambda c: c.store_many("a", []), "items"),
@@ -134,6 +147,33 @@ CASES: list[tuple[str, Callable[[MemoryClient], object], str]] = [
     ("recall tags", lambda c: c.recall("a", "q", tags="x"), "tags"),
     ("recall session", lambda c: c.recall("a", "q", session_id=""), "session_id"),
     ("mode", lambda c: c.recall("a", "q", mode="slow"), "mode"),
+    ("include_superseded str", lambda c: c.recall("a", "q", include_superseded="yes"),  # type: ignore[arg-type]
+     "include_superseded"),
+    ("as_of text", lambda c: c.recall("a", "q", as_of="yesterday"), "as_of"),
+    ("as_of naive", lambda c: c.recall("a", "q", as_of=datetime(2020, 1, 1)), "as_of"),
+    ("as_of future", lambda c: c.recall("a", "q", as_of="2999-01-01T00:00:00+00:00"), "as_of"),
+    ("as_of too early", lambda c: c.recall("a", "q", as_of="0001-01-01T00:00:00+00:00"),
+     "as_of"),
+    ("context as_of", lambda c: c.context("a", "q", as_of=5), "as_of"),  # type: ignore[arg-type]
+    ("list as_of", lambda c: c.list("a", as_of="x"), "as_of"),
+    ("list include_superseded", lambda c: c.list("a", include_superseded=1),  # type: ignore[arg-type]
+     "include_superseded"),
+    ("kg_query as_of", lambda c: c.kg_query("a", "x", as_of="x"), "as_of"),
+    # history, supersession and its undo
+    ("history agent", lambda c: c.history("", UUID), "agent_id"),
+    ("history id", lambda c: c.history("a", "nope"), "memory_id"),
+    ("supersede id", lambda c: c.supersede("a", "nope", [UUID]), "memory_id"),
+    ("supersede none", lambda c: c.supersede("a", UUID, []), "supersedes"),
+    ("supersede old id", lambda c: c.supersede("a", UUID, ["x"]), "supersedes[0]"),
+    ("supersede actor", lambda c: c.supersede("a", UUID, [UUID], actor=""), "actor"),
+    ("unsupersede agent", lambda c: c.unsupersede("", UUID), "agent_id"),
+    ("unsupersede id", lambda c: c.unsupersede("a", 12), "memory_id"),  # type: ignore[arg-type]
+    # the review queue
+    ("reviews status", lambda c: c.reviews(status="maybe"), "status"),
+    ("reviews agent", lambda c: c.reviews(agent_id=""), "agent_id"),
+    ("reviews limit", lambda c: c.reviews(limit=0), "limit"),
+    ("accept review id", lambda c: c.accept_review(0), "review_id"),
+    ("reject review id", lambda c: c.reject_review("7"), "review_id"),  # type: ignore[arg-type]
     # context
     ("context agent", lambda c: c.context("", "q"), "agent_id"),
     ("context query", lambda c: c.context("a", ""), "query"),
