@@ -291,3 +291,28 @@ def test_judges_that_agree_supersede_with_the_higher_confidence(store: MemorySto
     assert new.superseded == (old.id,)
     (decision,) = store.history(AGENT, old.id).supersessions
     assert (decision.judge, decision.confidence, decision.cause) == ("offline+llm", 0.97, "judge")
+
+
+class DownJudge:
+    """A fake LLM that is unavailable."""
+
+    name = "down-judge"
+
+    def complete(self, system: str, prompt: str, max_tokens: int) -> str:
+        from memoryd.errors import LLMUnavailable
+
+        raise LLMUnavailable("the model is down", retry_after=1.0)
+
+
+def test_a_store_whose_llm_judge_is_down_is_judged_offline(store: MemoryStore) -> None:
+    from memoryd.memory import llm
+
+    llm.set_llm(DownJudge())
+    try:
+        old = store.store(AGENT, "Ilvar Ostberg lives in Lisbon.", created_at=MONTHS_AGO)
+        new = store.store(AGENT, "Ilvar Ostberg moved to Oslo last week.", created_at=DAYS_AGO)
+    finally:
+        llm.set_llm(None)
+    assert new.superseded == (old.id,)
+    (decision,) = store.history(AGENT, old.id).supersessions
+    assert decision.judge == "offline"
