@@ -32,6 +32,8 @@ from memoryd.memory.judging_rules import (
     Subject,
     mention_words,
     read_claims,
+    relation_of,
+    text_words,
 )
 from memoryd.memory.llm import LLM, is_fallback
 
@@ -85,7 +87,36 @@ def judge_offline(new: str, old: str) -> Judgement:
             found = _pair(n, o)
             if (_RANK[found.verdict], found.confidence) > (_RANK[best.verdict], best.confidence):
                 best = found
+    if not old_claims:
+        return _ended_unread(new_claims, old) or best
     return best
+
+
+_POSSESSED = re.compile(r"['\u2019]s\s+([\w-]+)")
+# A past event ("gave a talk at X", "visited X") stays true when X's value ends: only a
+# statement in the present ("gets around in a X") is judged replaced without review.
+_PAST = re.compile(r"\b(?:\w+ed|was|were|had|gave|went|met|got|took|made|saw|came|left|"
+                   r"spent|bought|sold|did|ran|flew|drove|wrote|said|told|ate|won)\b",
+                   re.IGNORECASE)
+
+
+def _ended_unread(new_claims: Sequence[Claim], old: str) -> Judgement | None:
+    """The new text ends a value ("left X", "sold the X", "has gone off X") that the old
+    text, about the same person and no one close to them, names in words no pattern
+    reads ("gets around in a X"): the value the new text ended is what the old one said."""
+    if any(relation_of(w) for w in _POSSESSED.findall(old)):
+        return None
+    names, words = mention_words(old), text_words(old)
+    for ended in new_claims:
+        if (ended.positive or not ended.value or not ended.subject.names
+                or ended.subject.relations or not ended.subject.names <= names
+                or not ended.value <= words):
+            continue
+        stated = next((c.attribute for c in new_claims if c.positive
+                       and c.subject == ended.subject and c.attribute in SINGLE), None)
+        attribute = stated or (ended.attribute if ended.attribute in SINGLE else None)
+        return _judged("replaces", _UNSURE if _PAST.search(old) else _LIKELY, attribute)
+    return None
 
 
 def subjects(text: str) -> frozenset[str]:

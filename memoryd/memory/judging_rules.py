@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["ANY", "MAX_SENTENCE_CHARS", "MAX_TEXT_CHARS", "MULTI", "SINGLE", "Claim", "Subject",
-           "mention_words", "read_claims", "relation_of"]
+           "mention_words", "read_claims", "relation_of", "text_words"]
 
 SINGLE = frozenset({"residence", "employer", "role", "manager", "phone", "email", "address",
                     "vehicle", "pet", "relationship", "preference"})
@@ -563,6 +563,12 @@ def _name_words(name: str) -> frozenset[str]:
     parts = (t.group().lower().replace("\u2019", "'").removesuffix("'s")
              for t in _TOKEN.finditer(name))
     return frozenset(p for p in parts if p not in _COMMON)
+
+
+def text_words(text: str) -> frozenset[str]:
+    """Every word of ``text`` as values are compared (``_value_key``'s words)."""
+    found = (w.lower().replace("\u2019", "'") for w in _VALUE_WORD.findall(text))
+    return frozenset(w for w in found if w not in _VALUE_FILLER)
 
 
 def _value_key(raw: str) -> frozenset[str]:

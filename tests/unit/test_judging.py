@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from memoryd.errors import LLMError, LLMUnavailable
+from memoryd.memory import judging
 from memoryd.memory.judging import (
     SUPERSEDE_AT,
     Judgement,
@@ -432,3 +433,18 @@ def test_when_neither_supersedes_the_llm_verdict_stands() -> None:
     assert combine(offline("unrelated", 0.3), llm("additive", 0.8)) == ("additive", 0.8, "llm")
     assert combine(offline("additive", 0.8), llm("additive", 0.9)) == (
         "additive", 0.9, "offline+llm")
+
+
+def test_an_ended_value_replaces_a_present_statement_no_pattern_reads() -> None:
+    judged = judging.judge_offline("Corin Vale sold the green Lada Niva and bought a bicycle.",
+                                   "Corin Vale potters about town in a green Lada Niva.")
+    assert judged.verdict == "replaces" and judged.confidence >= judging.SUPERSEDE_AT
+
+
+def test_an_ended_value_does_not_apply_to_a_past_event_or_a_relative() -> None:
+    event = judging.judge_offline("Corin Vale left Brightmoor Labs and joined Qwill.",
+                                  "Corin Vale gave a talk at Brightmoor Labs.")
+    assert event.confidence < judging.SUPERSEDE_AT
+    relative = judging.judge_offline("Corin Vale left Brightmoor Labs and joined Qwill.",
+                                     "Corin Vale's uncle potters about Brightmoor Labs.")
+    assert relative.verdict == "unrelated"
