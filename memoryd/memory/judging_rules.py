@@ -501,7 +501,11 @@ def _subject(match: re.Match[str], before: str, opening: Subject | None) -> Subj
     head = match.group(0).split(maxsplit=1)[0].lower()
     if head in _POSSESSIVE_PRONOUNS:
         before += " " + head
-    return _subject_in(before, opening) or opening or _UNKNOWN
+    # The clause nearest the match first: "After the team change, Ilvar's boss is ..."
+    # is about Ilvar, not the team of the opening phrase.
+    nearest = re.split(r"[,;:]", before)[-1]
+    return (_subject_in(nearest, opening) or _subject_in(before, opening) or opening
+            or _UNKNOWN)
 
 
 def _subject_in(chunk: str, carried: Subject | None) -> Subject | None:

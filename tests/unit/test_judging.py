@@ -448,3 +448,9 @@ def test_an_ended_value_does_not_apply_to_a_past_event_or_a_relative() -> None:
     relative = judging.judge_offline("Corin Vale left Brightmoor Labs and joined Qwill.",
                                      "Corin Vale's uncle potters about Brightmoor Labs.")
     assert relative.verdict == "unrelated"
+
+
+def test_the_subject_is_the_name_nearest_the_statement_not_an_opening_phrase() -> None:
+    judged = judge_offline("After the reshuffle of the team, Corin Vale's boss is Ada Lenz.",
+                           "After the team offsite, Mara Quist's boss is Tom Reyes.")
+    assert judged.verdict == "unrelated"
