@@ -7,6 +7,10 @@ BM25 and plain MiniLM cosine run over the same turns and questions as baselines.
 
     .venv/bin/python -m bench.locomo [--data PATH] [--out PATH.json] [--chart PATH.png]
                                      [--limit-samples N] [--database-url URL]
+                                     [--maintain [--per-job] [--reset-access] [--jobs a,b]]
+
+``--maintain`` asks every question before and after every scheduled maintenance job has
+run for each conversation's agent (``bench.locomo_maintain``).
 
 Recall settings come from the usual ``MEMORYD_*`` variables (e.g.
 ``MEMORYD_RECALL_FUSION=rrf``) and are recorded in the JSON. See bench/README.md.
@@ -46,6 +50,7 @@ from bench.common import (
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench" / "locomo-dev.json"
 DEFAULT_OUT = OUT_DIR / "locomo.json"
 DEFAULT_CHART = OUT_DIR / "locomo.png"
+DEFAULT_MAINTAIN_OUT = OUT_DIR / "locomo-maintain.json"
 
 KS = (5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -488,18 +493,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.locomo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON report path")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"JSON report path (default {DEFAULT_OUT}, with --maintain "
+                             f"{DEFAULT_MAINTAIN_OUT})")
     parser.add_argument("--chart", type=Path, default=DEFAULT_CHART, help="PNG chart path")
     parser.add_argument("--limit-samples", type=int, default=None, metavar="N",
                         help="only the first N conversations")
     parser.add_argument("--database-url", default=None,
                         help="use this PostgreSQL (pgvector) instead of a throwaway embedded one")
+    parser.add_argument("--maintain", action="store_true",
+                        help="recall before and after every scheduled maintenance job")
+    parser.add_argument("--per-job", action="store_true",
+                        help="with --maintain: also recall@10 after each job")
+    parser.add_argument("--reset-access", action="store_true",
+                        help="with --maintain: forget the first round's recalls before the "
+                             "jobs run (as if nothing had been recalled since storing)")
+    parser.add_argument("--jobs", default=None,
+                        help="with --maintain: comma-separated jobs (default: the schedule's)")
     args = parser.parse_args(argv)
 
     data_path = args.data.resolve()
     if not data_path.exists():
         parser.error(f"data file not found: {data_path}")
+    if (args.per_job or args.reset_access or args.jobs is not None) and not args.maintain:
+        parser.error("--per-job, --reset-access and --jobs need --maintain")
     samples = load_samples(data_path, args.limit_samples)
+    if args.maintain:
+        return _main_maintain(parser, args, samples, data_path)
+    args.out = args.out or DEFAULT_OUT
     if args.database_url:
         report = run(samples, args.database_url, data_path=str(data_path))
     else:
@@ -509,6 +530,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(args.out, report)
     write_chart(report, args.chart)
     print(f"wrote {args.out} and {args.chart}")
+    return 0
+
+
+def _main_maintain(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   samples: list[Sample], data_path: Path) -> int:
+    """``--maintain``: before and after maintenance (``bench.locomo_maintain``)."""
+    from bench import locomo_maintain
+    from memoryd.memory.maintenance.jobs import JOBS
+
+    jobs = None if args.jobs is None else [j for j in args.jobs.split(",") if j]
+    if jobs is not None and (unknown := sorted(set(jobs) - set(JOBS))):
+        parser.error(f"unknown jobs {unknown}; one of {sorted(JOBS)}")
+    out = args.out or DEFAULT_MAINTAIN_OUT
+    with contextlib.ExitStack() as stack:
+        url = args.database_url or stack.enter_context(
+            embedded_postgres(prefix="memoryd-locomo-"))
+        report = locomo_maintain.run(samples, url, data_path=str(data_path), jobs=jobs,
+                                     per_job=args.per_job, reset_access=args.reset_access)
+    print(locomo_maintain.report_text(report))
+    write_json(out, report)
+    print(f"wrote {out}")
     return 0
 
 

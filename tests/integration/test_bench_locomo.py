@@ -131,3 +131,71 @@ def test_locomo_cross_validation_end_to_end(tiny_locomo: Path, tmp_path: Path) -
     assert all(f["chosen"] in locomo_cv.GRID for f in report["folds"])
     assert set(report["all_questions_by_config"]) == set(locomo_cv.GRID)
     assert 0.0 <= report["cv_worst"] <= report["cv_mean"] <= 1.0
+
+
+def test_locomo_before_and_after_maintenance_end_to_end(tiny_locomo: Path, tmp_path: Path,
+                                                        pg_url: str) -> None:
+    from bench.scheduled import scheduled_jobs
+
+    out = tmp_path / "maintain.json"
+    assert locomo.main(["--data", str(tiny_locomo), "--out", str(out), "--database-url",
+                        pg_url, "--maintain", "--per-job"]) == 0
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "locomo-maintain"
+    assert (report["samples"], report["turns"], report["questions"]) == (2, 12, 8)
+    assert report["jobs"] == scheduled_jobs()
+    # every job ran for each agent (a fleet-only job once), and finished
+    for job in report["jobs"]:
+        runs = [m for m in report["maintenance"] if m["job"] == job]
+        assert len(runs) == (1 if runs[0]["scope"] == "fleet" else 2), job
+        assert all(m["status"] == "ok" for m in runs), job
+    assert [s["after"] for s in report["after_each_job"]] == report["jobs"]
+    for side in ("before", "after"):
+        for name in ("recall@5", "recall@10", "recall@20"):
+            assert 0.0 <= report[side]["overall"][name] <= 1.0
+    # 6 turns per agent: before maintenance every evidence turn is in the top 20
+    assert report["before"]["overall"]["recall@20"] == 1.0
+    # the turns are years old, but their sessions list them: summarize leaves them to the
+    # conversation; cortex indexed the sessions, a gist linked to every turn it read
+    summarized = [m for m in report["maintenance"] if m["job"] == "summarize"]
+    assert all(m["stats"]["archived"] == 0 for m in summarized)
+    assert report["memories"]["after"]["archived"] == 0
+    assert report["memories"]["after"]["derived_links"] >= 1
+    assert len(report["per_question"]) == 8
+
+
+def test_locomo_maintain_flags_need_maintain(tiny_locomo: Path) -> None:
+    with pytest.raises(SystemExit):
+        locomo.main(["--data", str(tiny_locomo), "--per-job"])
+
+
+def test_a_derived_memory_is_credited_only_through_its_links_followed_transitively(
+        store: object) -> None:
+    import uuid
+
+    from sqlalchemy import text
+
+    from bench.locomo_maintain import credit_of
+    from memoryd.memory.store import MemoryStore
+
+    assert isinstance(store, MemoryStore)
+    agent = "locomo-credit"
+    turns = store.store_many(agent, [
+        {"content": f"Turn {i} about topic {i}.", "metadata": {"dia_id": f"D1:{i}"}}
+        for i in range(1, 4)])
+    owners = {r.id: [f"D1:{i}"] for i, r in enumerate(turns, start=1)}
+    survivor, loser, alone = (r.id for r in turns)
+    summary = store.store(agent, "A summary of the survivor.").id
+    fact = store.store(agent, "A fact with a turn's metadata.",
+                       metadata={"dia_id": "D1:3"}).id
+    with store.session() as session:
+        for source, target in ((summary, survivor), (survivor, loser)):
+            session.execute(text(
+                "INSERT INTO memory_links (agent_id, source_id, target_id, kind) "
+                "VALUES (:a, :s, :t, 'derived_from')"), {"a": agent, "s": source, "t": target})
+    stored = locomo.Stored(locomo.Sample("s", (), (), {}), agent, owners)
+    credit = credit_of(store, stored)
+    assert credit[summary] == ["D1:1", "D1:2"]  # the survivor's turn and its loser's
+    assert credit[survivor] == ["D1:1", "D1:2"]
+    assert credit[alone] == ["D1:3"]
+    assert fact not in credit and uuid.uuid4() not in credit  # metadata earns nothing

@@ -3,6 +3,10 @@
 The job reads a session, asks the LLM for the summary outside any transaction, and then
 rewrites the list under ``FOR UPDATE`` only if the part it read is still the list's
 prefix; messages appended meanwhile are carried over untouched (see ``session_lists``).
+In that transaction the summary links ``derived_from`` each message it summarizes, and
+each of those is kept as a version (cause ``compacted``) as it leaves the list.
+Superseded messages are not summarized (a summary must not restate a replaced fact),
+linked or versioned; their references leave the list with the others.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from sqlalchemy import text
 
 from memoryd.memory import llm as llm_mod
 from memoryd.memory import sessions as session_refs
+from memoryd.memory import versions
 from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
-from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
+from memoryd.memory.maintenance.new_memories import bounded, link_derived, prepare_memories
 from memoryd.memory.maintenance.params import integer
 from memoryd.memory.maintenance.session_lists import (
     LENGTH_SQL,
@@ -101,8 +106,9 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
         return
     split = len(read.messages) - opts.keep
     older = read.messages[:split]
+    chunks = _plan_chunks(ctx, agent_id, older, opts.chunk_chars)
     # Every LLM call happens before any write: LLMUnavailable leaves the session as it was.
-    content = _summary_text(ctx, llm, agent_id, older, opts)
+    content = _summary_text(ctx, llm, agent_id, chunks, len(older), opts)
     prepared = prepare_memories(ctx, agent_id, [{
         "content": content, "role": "system", "category": "summary", "importance": 0.9,
         "source": bounded(f"session:{session_id}"),
@@ -113,6 +119,11 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
             stats["skipped"] += 1  # rewritten meanwhile (forget, repair): next sweep
             return
         summary_id = str(write(session, prepared)[0].id)
+        summarized = [memory_id for chunk in chunks for memory_id in chunk]
+        versions.record(session, summarized, "compacted",
+                        actor=versions.actor_of_run(ctx.run_id), agent_id=agent_id)
+        link_derived(session, agent_id,
+                     [(uuid.UUID(summary_id), memory_id) for memory_id in summarized])
         ts = _ts_text(older[-1]) or ctx.now.isoformat()  # sorts before the kept messages
         messages = [session_refs.message_ref(summary_id, "system", ts),
                     *current.messages[split:]]
@@ -124,10 +135,10 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
         stats["summary_ids"].append(summary_id)
 
 
-def _summary_text(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, older: Sequence[Any],
-                  opts: _CompactOptions) -> str:
+def _summary_text(ctx: JobContext, llm: llm_mod.LLM, agent_id: str,
+                  chunks: Sequence[list[uuid.UUID]], older: int, opts: _CompactOptions) -> str:
     parts = []
-    for chunk in _plan_chunks(ctx, agent_id, older, opts.chunk_chars):
+    for chunk in chunks:
         texts = _chunk_texts(ctx, agent_id, chunk, opts.chunk_chars)
         part = llm_mod.summarize(llm, texts, max_chars=opts.summary_chars)
         if part.strip():
@@ -137,19 +148,20 @@ def _summary_text(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, older: Seque
         # A huge session: summarize the summaries once more, so the memory stays bounded.
         body = llm_mod.summarize(llm, parts, max_chars=opts.chunk_chars)
     if not body.strip():
-        body = f"({len(older)} earlier messages; none of them could be read)"
+        body = f"({older} earlier messages; none of them could be read)"
     return f"{SUMMARY_PREFIX}\n{body}"
 
 
 def _plan_chunks(ctx: JobContext, agent_id: str, older: Sequence[Any],
                  chunk_chars: int) -> list[list[uuid.UUID]]:
-    """Memory ids in message order, cut into chunks of at most ``chunk_chars`` characters
-    (a longer single message is clipped to that, so it fills one chunk)."""
+    """Current memory ids in message order, cut into chunks of at most ``chunk_chars``
+    characters (a longer single message is clipped to that, so it fills one chunk);
+    superseded messages are left out, as orphan references are."""
     ids = [u for u in (as_uuid(ref_id(ref)) for ref in older) if u is not None]
     with ctx.store.session() as session:
         sizes = {r.id: int(r.size) for r in session.execute(text("""
             SELECT id, least(char_length(content), :cap) AS size FROM memories
-            WHERE agent_id = :agent_id AND id = ANY(:ids)
+            WHERE agent_id = :agent_id AND id = ANY(:ids) AND valid_to IS NULL
         """), {"agent_id": agent_id, "ids": ids, "cap": chunk_chars})}
     chunks: list[list[uuid.UUID]] = []
     current: list[uuid.UUID] = []

@@ -29,6 +29,10 @@ alone for stating different facts are counted in ``skipped_distinct_facts`` (onc
 batch that finds them). The sweep walks (updated_at, id) in keyset order and is
 checkpointed like the decay pass. ``merge=False`` runs the decay pass alone (the merge
 sweep keeps its checkpoint for the next run that merges).
+
+Only current memories take part: a superseded one (``valid_to`` set) is history, never
+decayed, compared or merged. Each merge keeps the loser's and the survivor's rows as
+versions first (cause ``merged``, ``memoryd.memory.versions``).
 """
 
 from __future__ import annotations
@@ -47,7 +51,12 @@ from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.maintenance.heap import heap_window
 from memoryd.memory.maintenance.merging import Merge, merge_into
 from memoryd.memory.maintenance.params import MAX_DAYS, MAX_HOURS, check_batch_size, number
-from memoryd.memory.maintenance.sql import NIL_UUID, commit_without_waiting, protected
+from memoryd.memory.maintenance.sql import (
+    NIL_UUID,
+    commit_without_waiting,
+    current,
+    protected,
+)
 
 # A fleet-wide decay statement reads at most about this many batches' worth of rows.
 DECAY_WINDOW_BATCHES = 4
@@ -119,9 +128,9 @@ def _decay_pass(ctx: JobContext, previous: object,
 
 
 def eligible(agent_clause: str) -> str:
-    """SQL for the memories (alias ``m``) decay may lower: idle since ``:idle_before``,
-    above ``:floor``, not protected, not of importance 1."""
-    return f"""{agent_clause} AND NOT {protected()} AND m.importance < 1
+    """SQL for the memories (alias ``m``) decay may lower: current, idle since
+    ``:idle_before``, above ``:floor``, not protected, not of importance 1."""
+    return f"""{agent_clause} AND {current()} AND NOT {protected()} AND m.importance < 1
         AND m.confidence > :floor
         AND coalesce(m.last_accessed_at, m.created_at) < :idle_before"""
 
@@ -265,7 +274,7 @@ def _merge(ctx: JobContext, checkpoint: dict[str, Any],
                                               CAST(:after_id AS uuid))
                   -- implied by the line above, but a range the updated_at index can use
                   AND m.updated_at >= CAST(:after_ts AS timestamptz)
-                  AND m.archived_at IS NULL AND {ctx.agent_clause()}
+                  AND m.archived_at IS NULL AND {current()} AND {ctx.agent_clause()}
                 ORDER BY m.updated_at, m.id LIMIT :batch
             """), {"after_ts": sweep["after_ts"], "after_id": sweep["after_id"],
                    "agent_id": ctx.agent_id, "batch": ctx.batch_size}).all()
@@ -294,13 +303,13 @@ _RANK = "ROW({a}.pinned OR {a}.category = 'decision', {a}.importance, {a}.create
 _EDGES = f"""
 WITH x AS (
     SELECT m.id, m.agent_id, m.embedding, m.embedding_model FROM memories m
-    WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.archived_at IS NULL
+    WHERE m.id = ANY(CAST(:ids AS uuid[])) AND m.archived_at IS NULL AND {current()}
 ), near AS (
     SELECT x.id AS a, n.id AS b, 1 - n.dist AS sim
     FROM x CROSS JOIN LATERAL (
         SELECT o.id, o.embedding <=> x.embedding AS dist FROM memories o
         WHERE o.agent_id = x.agent_id AND o.id <> x.id AND o.archived_at IS NULL
-          AND o.embedding_model = x.embedding_model
+          AND {current("o")} AND o.embedding_model = x.embedding_model
         ORDER BY o.embedding <=> x.embedding LIMIT {NEIGHBOURS}) n
     WHERE n.dist <= 1 - :threshold
 ), edges AS (

@@ -4,24 +4,29 @@ Three parts, each in its own stats:
 
 - stale cleanup: memories nobody recalled for ``stale_days`` (or since they were
   stored) with importance <= ``stale_importance`` move to evicted_memories ('stale');
-  decisions and pinned memories never do.
+  decisions, pinned memories and superseded ones never do.
 - fact extraction: recently active sessions of ``consolidate_min`` or more messages get
   up to ``max_facts`` durable facts extracted by the LLM and stored as ``fact`` memories
-  (source ``session:<id>``); once per session. (The parameter, the session column
-  ``consolidated_at`` and the stat ``sessions_consolidated`` keep the part's older name,
-  "session consolidation": they are part of the interface. It is not the
-  ``consolidate`` job.)
+  (source ``session:<id>``); once per session. Each new fact links ``derived_from`` the
+  messages it came from: those whose text states it word for word (the extractive
+  fallback's facts are sentences of them), else every message the extraction read.
+  (The parameter, the session column ``consolidated_at`` and the stat
+  ``sessions_consolidated`` keep the part's older name, "session consolidation": they
+  are part of the interface. It is not the ``consolidate`` job.)
 - session indexing: recently active sessions of ``index_min`` or more messages get a
   one-or-two sentence gist stored as a ``reflection`` memory keyed
   ``session-index:<id>`` and as the session's summary; once per session (indexed_at).
+  The gist links ``derived_from`` every message it was written from.
 
+Superseded messages are never read: a fact or gist must not restate what was replaced.
 Each session's memories and its marker commit in one transaction, after the LLM call:
 an ``LLMUnavailable`` leaves that session untouched for the retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -35,20 +40,22 @@ from memoryd.memory import llm as llm_mod
 from memoryd.memory import writes
 from memoryd.memory.maintenance.context import JobContext, JobOutcome, llm_label
 from memoryd.memory.maintenance.evicting import evict_in_batches
-from memoryd.memory.maintenance.new_memories import bounded, prepare_memories
+from memoryd.memory.maintenance.new_memories import bounded, link_derived, prepare_memories
 from memoryd.memory.maintenance.params import MAX_DAYS, MAX_HOURS, integer
 from memoryd.memory.maintenance.session_lists import (
     LENGTH_SQL,
-    message_contents,
+    Message,
     session_keys,
+    session_messages,
 )
+from memoryd.memory.maintenance.sql import current
 
 FACT_IMPORTANCE = 0.6
 INDEX_IMPORTANCE = 0.5
 
 _STALE = """
 SELECT m.id FROM memories m
-WHERE {scope} AND coalesce(m.last_accessed_at, m.created_at) < :stale_before
+WHERE {scope} AND {current} AND coalesce(m.last_accessed_at, m.created_at) < :stale_before
   AND m.importance <= :max_importance AND m.category <> 'decision' AND NOT m.pinned
 ORDER BY m.id
 LIMIT :batch
@@ -84,7 +91,7 @@ def cortex(ctx: JobContext, stale_days: int = 90, stale_importance: float = 0.3,
                              "sessions_consolidated": 0, "sessions_indexed": 0,
                              "llm": llm_label(llm)}
     stats["stale_removed"], complete = evict_in_batches(
-        ctx, _STALE.format(scope=ctx.agent_clause()),
+        ctx, _STALE.format(scope=ctx.agent_clause(), current=current()),
         {"agent_id": ctx.agent_id, "stale_before": opts.stale_before,
          "max_importance": opts.max_importance}, "stale")
     # Later parts only run once earlier ones finished, so a resumed run picks up in order.
@@ -138,8 +145,8 @@ def _claim(session: Session, ctx: JobContext, agent_id: str, session_id: str, ma
 
 def _extract_facts(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
                    opts: _Options, stats: dict[str, Any]) -> None:
-    contents = message_contents(ctx, agent_id, session_id)
-    facts = llm_mod.extract_facts(llm, contents, limit=opts.max_facts)
+    messages = session_messages(ctx, agent_id, session_id)
+    facts = llm_mod.extract_facts(llm, [m.content for m in messages], limit=opts.max_facts)
     source = bounded(f"session:{session_id}")
     prepared = prepare_memories(ctx, agent_id, [
         {"content": fact, "category": "fact", "importance": FACT_IMPORTANCE, "source": source}
@@ -148,15 +155,31 @@ def _extract_facts(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id:
         if not _claim(session, ctx, agent_id, session_id, "consolidated_at"):
             return
         results = writes.write(session, prepared) if prepared else []
+        # A fact the agent already held is not derived from these messages: not linked.
+        link_derived(session, agent_id, [
+            (r.id, origin) for p, r in zip(prepared, results, strict=True) if r.stored
+            for origin in sources_of(p.item.content, messages)])
     stats["sessions_consolidated"] += 1
     stats["facts_extracted"] += len(facts)
     stats["facts_stored"] += sum(1 for r in results if r.stored)  # the rest were known
 
 
+def sources_of(fact: str, messages: Sequence[Message]) -> list[uuid.UUID]:
+    """The messages ``fact`` came from: those stating it word for word (case and spacing
+    aside), else all of them, since the extraction does not say which it read it in."""
+    wanted = _plain(fact).rstrip(".")
+    stating = [m.id for m in messages if wanted and wanted in _plain(m.content)]
+    return stating or [m.id for m in messages]
+
+
+def _plain(value: str) -> str:
+    return " ".join(value.lower().split())
+
+
 def _index(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
            stats: dict[str, Any]) -> None:
-    contents = message_contents(ctx, agent_id, session_id)
-    gist = llm_mod.session_gist(llm, contents)
+    messages = session_messages(ctx, agent_id, session_id)
+    gist = llm_mod.session_gist(llm, [m.content for m in messages])
     prepared = prepare_memories(ctx, agent_id, [{
         "content": gist, "category": "reflection", "importance": INDEX_IMPORTANCE,
         "source": bounded(f"session:{session_id}"),
@@ -165,5 +188,7 @@ def _index(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: str,
         if not _claim(session, ctx, agent_id, session_id, "indexed_at", gist or None):
             return
         if prepared:
-            writes.write(session, prepared)
+            written = writes.write(session, prepared)[0]
+            if written.stored:
+                link_derived(session, agent_id, [(written.id, m.id) for m in messages])
     stats["sessions_indexed"] += 1

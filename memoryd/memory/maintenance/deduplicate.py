@@ -1,6 +1,7 @@
 """The ``deduplicate`` job: memories of one agent with identical normalized content merge.
 
-Per agent, live (non-archived) memories whose normalized content is
+Per agent, live (non-archived, current: never superseded) memories whose normalized
+content is
 identical (lowercased, every run of punctuation and whitespace made one space,
 trimmed) are merged into one survivor: the most recently created, except that a
 decision or pinned memory in the group always survives, and is never merged away
@@ -36,7 +37,12 @@ from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpo
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.maintenance.merging import Merge, merge_into
 from memoryd.memory.maintenance.params import check_batch_size
-from memoryd.memory.maintenance.sql import NIL_UUID, commit_without_waiting, protected
+from memoryd.memory.maintenance.sql import (
+    NIL_UUID,
+    commit_without_waiting,
+    current,
+    protected,
+)
 
 
 def normalized(alias: str) -> str:
@@ -65,14 +71,14 @@ def _groups_sql(ctx: JobContext) -> str:
         GROUP BY m.agent_id, m.content_norm_hash HAVING count(*) > 1"""
 
 
-# The live rows of the picked groups, best first (decision or pinned, then newest), with
+# The live, current rows of the picked groups, best first (decision or pinned, then newest), with
 # where the batch ends (one row of NULLs when no live row is left).
 _MEMBERS = """
 SELECT rep.*, r.* FROM (SELECT TRUE {report}) rep LEFT JOIN (
     SELECT m.id, m.agent_id, m.content_norm_hash AS hash, m.content, m.content_hash,
            {protected} AS protected, m.created_at
     FROM picked g JOIN memories m ON m.agent_id = g.agent_id AND m.content_norm_hash = g.hash
-    WHERE m.archived_at IS NULL
+    WHERE m.archived_at IS NULL AND {current}
 ) r ON TRUE
 ORDER BY r.agent_id, r.hash, r.protected DESC, r.created_at DESC, r.id DESC"""
 
@@ -107,7 +113,7 @@ def _read_batch(ctx: JobContext, session: Session, sweep: Mapping[str, Any]) -> 
     where the batch ends."""
     return list(session.execute(text(
         f"WITH {_PICK.format(groups=_groups_sql(ctx))[:-1]} "
-        + _MEMBERS.format(report=_REPORT, protected=protected())), {
+        + _MEMBERS.format(report=_REPORT, protected=protected(), current=current())), {
         "lo_agent": sweep["after_agent"], "lo_hash": sweep["after_hash"],
         "agent_id": ctx.agent_id, "batch": ctx.batch_size,
         "groups": max(1, ctx.batch_size // 2)}).all())

@@ -11,9 +11,11 @@ In this order (so each reason is counted once):
 then the evicted copies older than ``retention_days`` are purged for good.
 
 Decisions and pinned memories are never removed (they still take up slots of an
-agent's cap). Every step is a bounded batch in its own short transaction; a step
-selects "rows still matching", so a re-run after a crash or a time-out simply
-continues, and a second run in a row finds nothing to do.
+agent's cap); superseded memories (``valid_to`` set) are history: never removed, and not
+counted towards the cap. Each evicted row is kept as a version (cause ``evicted``).
+Every step is a bounded batch in its own short transaction; a step selects "rows still
+matching", so a re-run after a crash or a time-out simply continues, and a second run in
+a row finds nothing to do.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from memoryd.memory.maintenance.params import (
     integer,
     number,
 )
-from memoryd.memory.maintenance.sql import protected
+from memoryd.memory.maintenance.sql import current, protected
 
 # The two conditions of the first steps (bind :age_before, :min_importance and
 # :min_confidence); protected memories are left out separately.
@@ -45,13 +47,13 @@ LOW_CONFIDENCE = "m.confidence < :min_confidence"
 
 
 def _age_where(agent: str) -> str:
-    return f"{agent} AND NOT {protected()} AND {AGE}"
+    return f"{agent} AND {current()} AND NOT {protected()} AND {AGE}"
 
 
 def _low_confidence_where(agent: str) -> str:
     # Rows that also qualify by age belong to the age step; excluding them keeps the
     # dry run's counts disjoint (in a real run they are gone already).
-    return f"{agent} AND NOT {protected()} AND {LOW_CONFIDENCE} AND NOT ({AGE})"
+    return f"{agent} AND {current()} AND NOT {protected()} AND {LOW_CONFIDENCE} AND NOT ({AGE})"
 
 
 def _keyset_sql(where: str) -> str:
@@ -64,7 +66,7 @@ def _keyset_sql(where: str) -> str:
 def _any_agent_over(ctx: JobContext, cap: int) -> bool:
     with ctx.store.session() as session:
         return bool(session.execute(text(f"""
-            SELECT EXISTS (SELECT 1 FROM memories m WHERE {ctx.agent_clause()}
+            SELECT EXISTS (SELECT 1 FROM memories m WHERE {ctx.agent_clause()} AND {current()}
                            GROUP BY m.agent_id HAVING count(*) > :cap)"""),
             {"agent_id": ctx.agent_id, "cap": cap}).scalar_one())
 
@@ -72,7 +74,8 @@ def _any_agent_over(ctx: JobContext, cap: int) -> bool:
 def _cap_sql(agent: str) -> str:
     # Rows the first two steps remove do not count towards the cap: a no-op in a real
     # run, and it makes the dry run's cap count exact.
-    kept = f"({agent} AND ({protected()} OR NOT ({AGE} OR {LOW_CONFIDENCE})))"
+    # Superseded memories are history: they neither count nor go.
+    kept = f"({agent} AND {current()} AND ({protected()} OR NOT ({AGE} OR {LOW_CONFIDENCE})))"
     return f"""SELECT r.id FROM (
             SELECT m.id, {protected()} AS protected,
                    row_number() OVER (PARTITION BY m.agent_id

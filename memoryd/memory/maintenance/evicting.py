@@ -1,7 +1,10 @@
 """Moving memories to ``evicted_memories`` (never silent deletes), in bounded batches.
 
 A moved row keeps everything needed to put it back (``restore``); its links, except
-the ``derived_from`` provenance of summaries and merges, go with it.
+the ``derived_from`` provenance of summaries and merges, go with it. Each move also keeps
+the row as a version (``memory_versions``: cause ``merged`` for a merged-away memory,
+else ``evicted``; the run as its actor), in the same statement, so a memory's history
+survives its eviction and its restore.
 """
 
 from __future__ import annotations
@@ -28,14 +31,31 @@ def moved_data(record: str) -> str:
             " - ARRAY['embedding', 'tsv', 'content_norm_hash']")
 
 
+# Eviction reasons that mean "merged into another memory" (merging, repair_sessions).
+MERGE_REASONS = ("merged", "duplicate", "session_merge")
+# A maintenance run as a version's actor (``versions.actor_of_run`` in SQL; NULL without
+# a run). The bind is typed bigint, as is the run_id column it also fills.
+RUN_ACTOR = "'run:' || CAST(CAST(:run_id AS bigint) AS text)"
+
+
+def version_cause(reason: str) -> str:
+    """SQL for the version cause of a move with ``reason`` (SQL)."""
+    merged = ", ".join(f"'{r}'" for r in MERGE_REASONS)
+    return f"CASE WHEN {reason} IN ({merged}) THEN 'merged' ELSE 'evicted' END"
+
+
 def move_gone(reason: str = ":reason") -> str:
     """The tail of a statement whose CTE ``gone`` (id, agent_id, embedding, r) returns
-    deleted memories: unlinks and moves them with ``reason`` (SQL); ``moved`` counts
-    them (binds :run_id)."""
+    deleted memories: keeps each as a version, unlinks and moves them with ``reason``
+    (SQL); ``moved`` counts them (binds :run_id)."""
     # Links by = ANY: a join with the CTE would be planned as a scan of memory_links.
     return f"""unlinked AS (
     DELETE FROM memory_links l
     WHERE l.source_id = ANY(ARRAY(SELECT gone.id FROM gone)) AND l.kind <> 'derived_from'
+), versioned AS (
+    INSERT INTO memory_versions (agent_id, memory_id, cause, actor, data)
+    SELECT gone.agent_id, gone.id, {version_cause(reason)}, {RUN_ACTOR}, {moved_data('gone.r')}
+    FROM gone
 ), moved AS (
     INSERT INTO evicted_memories (memory_id, agent_id, reason, run_id, data, embedding)
     SELECT gone.id, gone.agent_id, {reason}, :run_id, {moved_data('gone.r')}, gone.embedding

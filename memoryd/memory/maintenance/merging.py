@@ -5,7 +5,9 @@ those compared.
 
 A merge folds the loser into its survivor (tags, access counts, importance, confidence,
 last access), links survivor -> loser (``derived_from``) and moves the loser to
-``evicted_memories``, so nothing is lost and ``restore`` can undo it.
+``evicted_memories``, so nothing is lost and ``restore`` can undo it. Both rows are kept
+as versions first (cause ``merged``, the run as actor). Only current memories merge: a
+superseded one is history.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from memoryd.memory.maintenance.context import JobContext
-from memoryd.memory.maintenance.evicting import MOVE_GONE
-from memoryd.memory.maintenance.sql import protected
+from memoryd.memory.maintenance.evicting import MOVE_GONE, RUN_ACTOR, moved_data
+from memoryd.memory.maintenance.sql import current, protected
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Merge:
 #      (what consolidate re-compares), and leaving every indexed column alone keeps the
 #      update HOT (no HNSW re-insert).
 #   linked: survivor -> loser ('derived_from'); the loser's own other links go.
+#   kept: each survivor's row as it was before the fold, as a version (the losers' are
+#      kept by the move); every CTE reads the snapshot from before the statement.
 # (%-formatted: the SQL holds braces.)
 _MERGE = """
 WITH p AS MATERIALIZED (%(plan)s),
@@ -56,7 +60,8 @@ v AS MATERIALIZED (
            s.tags AS s_tags
     FROM p JOIN memories l ON l.id = p.loser JOIN memories s ON s.id = p.survivor
     WHERE l.agent_id = s.agent_id AND NOT %(protected)s
-      AND l.archived_at IS NULL AND s.archived_at IS NULL AND (%(still_valid)s)
+      AND l.archived_at IS NULL AND s.archived_at IS NULL AND %(current_l)s AND %(current_s)s
+      AND (%(still_valid)s)
     ORDER BY p.loser
     FOR UPDATE OF l, s
 ), gone AS (
@@ -87,6 +92,10 @@ v AS MATERIALIZED (
     INSERT INTO memory_links (agent_id, source_id, target_id, kind, score)
     SELECT g.agent_id, g.survivor, g.loser, 'derived_from', g.score FROM gone g
     ON CONFLICT DO NOTHING
+), kept AS (
+    INSERT INTO memory_versions (agent_id, memory_id, cause, actor, data)
+    SELECT s.agent_id, s.id, 'merged', %(actor)s, %(survivor_data)s
+    FROM memories s WHERE s.id = ANY(ARRAY(SELECT DISTINCT g.survivor FROM gone g))
 ), %(move)s
 SELECT (SELECT count(*) FROM p) AS planned, (SELECT count(*) FROM moved) AS merged"""
 
@@ -118,8 +127,10 @@ def merge_planned(session: Session, ctx: JobContext, plan_sql: str,
     (the plan's row). Survivors must not be losers too. The result row has ``planned``
     (pairs) and ``merged`` (memories moved)."""
     statement = text(_MERGE % {"plan": plan_sql, "protected": protected("l"),
+                               "current_l": current("l"), "current_s": current("s"),
                                "still_valid": still_valid, "move": MOVE_GONE,
-                               "fold": fold()})
+                               "fold": fold(), "actor": RUN_ACTOR,
+                               "survivor_data": moved_data("s")})
     return session.execute(statement, {**params, "reason": reason,
                                        "run_id": ctx.run_id}).one()
 

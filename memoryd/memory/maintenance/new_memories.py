@@ -1,14 +1,20 @@
 """Memories a job creates (summaries, facts, session gists), written through the one
-write path (``memory.writes``) inside the job's own transaction."""
+write path (``memory.writes``) inside the job's own transaction, each linked
+``derived_from`` to every memory it came from (``link_derived``): history, recall credit
+and erasure follow those links row by row."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
 from memoryd import validation as check
-from memoryd.memory import writes
+from memoryd.memory import versions, writes
 from memoryd.memory.maintenance.context import JobContext
 
 
@@ -34,4 +40,27 @@ def prepare_memories(ctx: JobContext, agent_id: str,
     # on every retry over it would stall maintenance, so it is dropped here.
     cleaned = [{**item, "content": str(item["content"]).replace("\x00", "")} for item in items]
     checked = check.store_items(cleaned, ctx.store.settings.max_content_bytes)
-    return writes.prepare(ctx.store.embedder, [(agent_id, item) for item in checked])
+    return writes.prepare(ctx.store.embedder, [(agent_id, item) for item in checked],
+                          actor=versions.actor_of_run(ctx.run_id))
+
+
+_LINK = text("""
+INSERT INTO memory_links (agent_id, source_id, target_id, kind)
+SELECT :agent_id, p.derived, p.origin, 'derived_from'
+FROM unnest(CAST(:derived AS uuid[]), CAST(:origins AS uuid[])) AS p(derived, origin)
+WHERE p.derived <> p.origin
+ON CONFLICT DO NOTHING
+""")
+
+
+def link_derived(session: Session, agent_id: str,
+                 pairs: Iterable[tuple[uuid.UUID, uuid.UUID]]) -> None:
+    """Link each (derived, origin) pair ``derived_from`` (source: the derived memory,
+    target: the one it came from) in the caller's transaction; a memory never derives
+    from itself, and a link made before stays as it is."""
+    derived, origins = [], []
+    for one, origin in pairs:
+        derived.append(one)
+        origins.append(origin)
+    if derived:
+        session.execute(_LINK, {"agent_id": agent_id, "derived": derived, "origins": origins})

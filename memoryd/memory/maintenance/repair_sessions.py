@@ -4,7 +4,8 @@ The phases are pure functions over one session's list (``repair_phases``); this 
 plans a session's repair (reads, merged and cut texts, embeddings) outside any
 transaction, and then rewrites the list under ``FOR UPDATE`` only if the part it read is
 still the list's prefix; messages appended meanwhile are carried over untouched (see
-``session_lists``).
+``session_lists``). A memory it rewrites is kept as a version first (cause ``merged`` for
+a merge, ``edited`` for a cut); a superseded one is history and is never merged or cut.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from memoryd.memory import writes
+from memoryd.memory import versions, writes
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
 from memoryd.memory.maintenance.evicting import evict_ids
 from memoryd.memory.maintenance.params import integer
@@ -229,9 +230,10 @@ def _plan_repair(ctx: JobContext, agent_id: str, session_id: str,
 
 def _memory_info(session: Session, agent_id: str, messages: Sequence[Any]) -> dict[str, MemoryInfo]:
     ids = list({u for u in (as_uuid(ref_id(ref)) for ref in messages) if u is not None})
+    # A superseded memory is as untouchable as a pinned one.
     rows = session.execute(text("""
         SELECT id, octet_length(content) AS size, content_hash,
-               pinned OR category = 'decision' AS protected
+               pinned OR category = 'decision' OR valid_to IS NOT NULL AS protected
         FROM memories WHERE agent_id = :agent_id AND id = ANY(:ids)
     """), {"agent_id": agent_id, "ids": ids})
     return {str(r.id): MemoryInfo(int(r.size), str(r.content_hash), bool(r.protected))
@@ -247,11 +249,12 @@ def _contents(ctx: JobContext, agent_id: str, ids: Sequence[str]) -> dict[str, t
 
 
 def _hash_taken(ctx: JobContext, agent_id: str, digest: str, besides: Sequence[str]) -> bool:
-    """Whether another memory of the agent already has this content (the dedup index)."""
+    """Whether another current memory of the agent already has this content (the dedup
+    index, which only current memories are in)."""
     with ctx.store.session() as session:
         return session.execute(text("""
             SELECT 1 FROM memories WHERE agent_id = :agent_id AND content_hash = :h
-              AND NOT (id = ANY(:ids)) LIMIT 1
+              AND valid_to IS NULL AND NOT (id = ANY(:ids)) LIMIT 1
         """), {"agent_id": agent_id, "h": digest,
                "ids": [uuid.UUID(i) for i in besides]}).first() is not None
 
@@ -333,8 +336,11 @@ def _write_repair(ctx: JobContext, agent_id: str, session_id: str, plan: _Plan) 
 
 
 def _lock_hashes(session: Session, agent_id: str, ids: Sequence[str]) -> dict[str, str]:
+    """The current ones of ``ids``, locked, with their content hashes (one superseded
+    since the plan is missing, so the plan no longer matches)."""
     rows = session.execute(text("""
         SELECT id, content_hash FROM memories WHERE agent_id = :agent_id AND id = ANY(:ids)
+          AND valid_to IS NULL
         ORDER BY id FOR UPDATE
     """), {"agent_id": agent_id, "ids": [uuid.UUID(i) for i in ids]})
     return {str(r.id): str(r.content_hash) for r in rows}
@@ -350,7 +356,10 @@ def _apply_merge(session: Session, ctx: JobContext, agent_id: str, merge: _Merge
                 "SELECT max(importance) FROM memories WHERE id = ANY(:ids)"),
                 {"ids": [uuid.UUID(merge.first), *others]}).scalar_one()
             # Evict first: that frees the others' hashes before the first takes the new one.
+            # (The move keeps the others' versions; the first's is kept here.)
             evict_ids(session, others, "session_merge", ctx.run_id)
+            versions.record(session, [merge.first], "merged",
+                            actor=versions.actor_of_run(ctx.run_id), agent_id=agent_id)
             writes.set_content(session, uuid.UUID(merge.first), merge.content, merge.vector,
                                model=ctx.store.embedder.name, importance=importance)
     except IntegrityError:
@@ -377,6 +386,8 @@ def _apply_truncation(session: Session, ctx: JobContext, agent_id: str,
     try:
         with session.begin_nested():
             session.execute(_KEEP_FULL_TEXT, {"run_id": ctx.run_id, "id": memory_id})
+            versions.record(session, [memory_id], "edited",
+                            actor=versions.actor_of_run(ctx.run_id), agent_id=agent_id)
             writes.set_content(session, memory_id, cut.content, cut.vector,
                                model=ctx.store.embedder.name)
     except IntegrityError:

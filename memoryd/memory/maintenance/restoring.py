@@ -1,4 +1,5 @@
-"""Putting an evicted memory back, under its old id (``memoryd restore``)."""
+"""Putting an evicted memory back, under its old id (``memoryd restore``), kept as a
+version of cause ``restored`` (its history, from before the eviction, goes on)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from memoryd.errors import NotFound, ValidationError
+from memoryd.memory import versions
 from memoryd.memory.rows import STORED_COLUMNS
 
 if TYPE_CHECKING:
@@ -46,9 +48,11 @@ _FORGET_OLD = text(f"""
 """)
 
 
-def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
+def restore(store: MemoryStore, eviction_or_memory_id: int | str, *,
+            actor: str | None = None) -> Any:
     """Put an evicted memory back (same id). Raises NotFound or ValidationError when its
-    content or key is in use again. Returns the restored memory's id."""
+    content or key is in use again. Returns the restored memory's id. ``actor``: who
+    restores it, as its version names it."""
     key_sql = ("eviction_id = :v" if isinstance(eviction_or_memory_id, int)
                else "memory_id = CAST(:v AS uuid)")
     with store.session() as session:
@@ -64,6 +68,7 @@ def restore(store: MemoryStore, eviction_or_memory_id: int | str) -> Any:
         except IntegrityError:
             raise ValidationError("memory_id", "its content, key or id is in use again; "
                                   "forget the newer memory first") from None
+        versions.record(session, [row.memory_id], "restored", actor=actor, agent_id=agent)
         session.execute(_REMOVE, {"m": row.memory_id})
         session.execute(_FORGET_OLD)
     store.mark_written([agent])

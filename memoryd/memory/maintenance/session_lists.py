@@ -84,25 +84,35 @@ def session_keys(ctx: JobContext, where: str, params: Mapping[str, Any],
         after = (str(rows[-1].agent_id), str(rows[-1].session_id))
 
 
-_CONTENTS = text(f"""
-SELECT left(m.content, :chars) AS content
+# Superseded messages are left out: what a job learns from a session (facts, a gist)
+# must not restate what has been replaced since.
+_MESSAGES = text(f"""
+SELECT m.id, left(m.content, :chars) AS content
 FROM sessions s
 CROSS JOIN LATERAL jsonb_array_elements({MESSAGES_SQL}) WITH ORDINALITY AS e(msg, n)
 JOIN memories m ON m.agent_id = s.agent_id AND m.id = {REF_UUID_SQL}
-WHERE s.agent_id = :agent_id AND s.session_id = :session_id
+WHERE s.agent_id = :agent_id AND s.session_id = :session_id AND m.valid_to IS NULL
 ORDER BY e.n
 LIMIT :limit
 """)
 
 
-def message_contents(ctx: JobContext, agent_id: str, session_id: str, *, limit: int = 500,
-                     chars: int = 2000) -> list[str]:
-    """The contents of a session's first ``limit`` messages in message order, each clipped
-    to ``chars`` (the LLM helpers clip prompt items to 2,000 characters anyway)."""
+class Message(NamedTuple):
+    """One message of a session as a job reads it: its memory and its (clipped) text."""
+
+    id: uuid.UUID
+    content: str
+
+
+def session_messages(ctx: JobContext, agent_id: str, session_id: str, *, limit: int = 500,
+                     chars: int = 2000) -> list[Message]:
+    """A session's first ``limit`` current messages in message order, each clipped to
+    ``chars`` (the LLM helpers clip prompt items to 2,000 characters anyway); their ids
+    are what the memories learnt from them link to (``derived_from``)."""
     with ctx.store.session() as session:
-        return [str(c) for c in session.execute(_CONTENTS, {
+        return [Message(r.id, str(r.content)) for r in session.execute(_MESSAGES, {
             "agent_id": agent_id, "session_id": session_id, "limit": limit,
-            "chars": chars}).scalars()]
+            "chars": chars})]
 
 
 class SessionRow(NamedTuple):

@@ -9,6 +9,13 @@ from sqlalchemy.orm import Session
 NIL_UUID = "00000000-0000-0000-0000-000000000000"  # sorts before every generated id
 
 
+def current(alias: str = "m") -> str:
+    """SQL true for memories still current (``valid_to`` unset): the only ones a job may
+    merge, summarize, evict, expire, decay or read. A superseded memory is history, kept
+    as it was for ``as_of`` and ``history``."""
+    return f"{alias}.valid_to IS NULL"
+
+
 def protected(alias: str = "m") -> str:
     """SQL true for memories no job may remove, expire, merge away or decay."""
     return f"({alias}.pinned OR {alias}.category = 'decision')"
