@@ -66,13 +66,6 @@ class MemoryRow(Base):
     updated_at: Mapped[datetime] = _now()
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # Validity in time (migration 0015): current while ``valid_to`` is NULL; a NULL
-    # ``valid_from`` (rows from before 0015) reads as ``created_at``.
-    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    superseded_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
-    # What it states of whom: "names|relations|attribute" (memory.asking; migration 0015).
-    about: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIM), nullable=False)
     # The model that embedded ``embedding`` (migration 0012; embeddings.MODELS).
     embedding_model: Mapped[str] = mapped_column(Text, nullable=False)
@@ -85,6 +78,13 @@ class MemoryRow(Base):
             "CAST(md5(nullif(btrim(regexp_replace(lower(content), "
             "'[[:punct:][:space:]]+', ' ', 'g')), '')) AS uuid)", persisted=True),
         nullable=True)
+    # Validity in time (migration 0015): current while ``valid_to`` is NULL; a NULL
+    # ``valid_from`` (rows from before 0015) reads as ``created_at``.
+    valid_from: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    superseded_by: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    # What it states of whom: "names|relations|attribute" (memory.asking; migration 0015).
+    about: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
 
     __table_args__ = (
         # Only current memories are deduplicated and keyed (migration 0015).
@@ -129,6 +129,10 @@ class SessionRow(Base):
     # The messages' ids in list order, for recall's session positions; a trigger sets
     # them from ``messages`` on every write of it (migration 0014).
     message_ids: Mapped[list[str | None] | None] = mapped_column(ARRAY(Text))
+    # The ids compaction took out of ``messages``, in order: the trigger puts them first in
+    # ``message_ids``, so compacted turns keep their neighbours (migration 0016).
+    compacted_ids: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'::text[]"))
 
 
 class EntityRow(Base):

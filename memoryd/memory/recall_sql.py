@@ -305,7 +305,7 @@ def _candidate_sql(where: str, search: VectorSearch, one_model: bool,
                        ORDER BY d) END AS near
             FROM sessions s
             CROSS JOIN LATERAL unnest(s.message_ids) WITH ORDINALITY AS e(id, pos)
-            WHERE s.agent_id = :agent_id AND s.message_count <= :cap
+            WHERE s.agent_id = :agent_id AND cardinality(s.message_ids) <= :cap
               AND s.session_id IN (
                   SELECT session_id FROM cand WHERE session_id IS NOT NULL
                   GROUP BY session_id

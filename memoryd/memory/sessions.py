@@ -46,6 +46,7 @@ def remove_reference(session: Session, agent_id: str, session_id: str, memory_id
     session.execute(text("""
         UPDATE sessions s
         SET messages = kept.messages, message_count = jsonb_array_length(kept.messages),
+            compacted_ids = array_remove(s.compacted_ids, CAST(:memory_id AS text)),
             updated_at = now()
         FROM (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb) AS messages
               FROM sessions s2, jsonb_array_elements(s2.messages) WITH ORDINALITY AS t(e, n)

@@ -110,6 +110,18 @@ def test_compaction_keeps_the_last_ten_behind_one_summary(store: MemoryStore,
     assert _ids(store, "s-long", OTHER) == theirs
 
 
+def test_compacted_messages_keep_their_places_in_recalls_positions(
+        store: MemoryStore) -> None:
+    ids = _chat(store, "s-long", 35)
+    run = run_job(store, "compact_sessions", agent_id=AGENT, llm=FakeLLM())
+    summary_id = run.stats["summary_ids"][0]
+    assert scalar(store, "SELECT message_ids FROM sessions WHERE agent_id = :a "
+                  "AND session_id = 's-long'", a=AGENT) == [*ids[:25], summary_id, *ids[-10:]]
+    store.forget(AGENT, ids[3])
+    assert ids[3] not in scalar(store, "SELECT message_ids FROM sessions WHERE agent_id = :a "
+                                "AND session_id = 's-long'", a=AGENT)
+
+
 def test_second_compaction_changes_nothing(store: MemoryStore) -> None:
     _chat(store, "s-long", 31)
     run_job(store, "compact_sessions", agent_id=AGENT, llm=FakeLLM())

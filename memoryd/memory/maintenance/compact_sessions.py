@@ -127,7 +127,8 @@ def _compact_one(ctx: JobContext, llm: llm_mod.LLM, agent_id: str, session_id: s
         ts = _ts_text(older[-1]) or ctx.now.isoformat()  # sorts before the kept messages
         messages = [session_refs.message_ref(summary_id, "system", ts),
                     *current.messages[split:]]
-        write_session(session, agent_id, session_id, messages, "compacted_at", ctx.now)
+        write_session(session, agent_id, session_id, messages, "compacted_at", ctx.now,
+                      [str(i) for r in older if (i := ref_id(r))])
     stats["compacted"] += 1
     stats["summarized"] += len(older)
     stats["kept"] += len(messages) - 1

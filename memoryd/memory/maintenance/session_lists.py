@@ -138,16 +138,19 @@ def read_messages(session: Session, agent_id: str, session_id: str,
 
 
 _REWRITE = """
-UPDATE sessions SET messages = CAST(:messages AS jsonb), message_count = :count, {stamp} = :now
+UPDATE sessions SET messages = CAST(:messages AS jsonb), message_count = :count, {stamp} = :now,
+    compacted_ids = compacted_ids || CAST(:compacted AS text[])
 WHERE agent_id = :agent_id AND session_id = :session_id
 """
 
 
 def write_session(session: Session, agent_id: str, session_id: str, messages: list[Any],
-                  stamp: str, now: datetime) -> None:
-    """Replace a session's list and count, and set the job's ``stamp`` column."""
+                  stamp: str, now: datetime, compacted: list[str] | None = None) -> None:
+    """Replace a session's list and count, and set the job's ``stamp`` column;
+    ``compacted``: the ids of messages taken out by compaction, kept in recall's positions."""
     # updated_at is left alone on purpose: it means "an agent wrote here", which the
     # cortex and repair sweeps use to find new activity.
     session.execute(text(_REWRITE.format(stamp=stamp)), {
         "messages": json.dumps(messages), "count": len(messages), "now": now,
+        "compacted": compacted or [],
         "agent_id": agent_id, "session_id": session_id})
