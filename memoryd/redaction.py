@@ -56,7 +56,7 @@ SHOWN_TEXTS: dict[str, Callable[[str], bool]] = {
     "job": _one_of(JOB_NAMES), "mode": _one_of(types.RECALL_MODES),
     "category": _one_of(types.CATEGORIES), "role": _one_of(types.ROLES),
     "status": _one_of(RUN_STATUSES), "order": _one_of(("newest", "key")),
-    **dict.fromkeys(("id", "memory_id", "run_id", "task_id", "target"), _an_id),
+    **dict.fromkeys(("id", "memory_id", "run_id", "task_id", "target", "review_id"), _an_id),
 }
 SHOWN_KEYS = frozenset(SHOWN_TEXTS)
 # The names of a summary's fields shown as they are: the parameters of memoryd's tasks
@@ -65,7 +65,7 @@ SHOWN_KEYS = frozenset(SHOWN_TEXTS)
 FIELD_NAMES = frozenset({
     *SHOWN_KEYS, "agent_id", "content", "items", "entity", "start_id", "field", "params",
     "limit", "offset", "depth", "follow_up", "after", "broker", "results", "stats",
-    "complete", "error",
+    "complete", "error", "accept",
     *(name for model in vars(types).values()
       if isinstance(model, type) and issubclass(model, BaseModel)
       and model.__module__ == types.__name__ for name in model.model_fields)})

@@ -165,7 +165,9 @@ def _single(n: Claim, o: Claim) -> tuple[Verdict, float]:
     if n.attribute == o.attribute == "preference" and not (n.topic or o.topic or n.value & o.value):
         return "unrelated", _UNSURE  # "prefers Python", "prefers dark mode": topics unknown
     confidence = _confidence(n, o)
-    return ("replaces" if n.cue else "conflicts"), confidence
+    if not n.cue:  # no word says which is newer: only two clear statements conflict surely
+        return "conflicts", confidence if confidence >= _CLEAR else min(confidence, _PROBABLE)
+    return "replaces", confidence
 
 
 def _ended_confidence(n: Claim, o: Claim) -> float:

@@ -430,7 +430,7 @@ def _sentence_claims(sentence: str, carried: Subject | None) -> tuple[list[Claim
     if not found:
         return [], _subject_in(sentence, carried) or carried
     first = min(match.start() for _, match in found)
-    opening = _subject_in(sentence[:first], carried) or carried
+    opening = _subject_in(sentence[:first], carried, last=True) or carried
     cuts = [(m.start(), m.end()) for m in _SEPARATOR.finditer(sentence)]
     claims = [claim for rule, match in found
               for claim in _claims(rule, match, sentence, cuts, opening)]
@@ -504,13 +504,16 @@ def _subject(match: re.Match[str], before: str, opening: Subject | None) -> Subj
     # The clause nearest the match first: "After the team change, Ilvar's boss is ..."
     # is about Ilvar, not the team of the opening phrase.
     nearest = re.split(r"[,;:]", before)[-1]
-    return (_subject_in(nearest, opening) or _subject_in(before, opening) or opening
-            or _UNKNOWN)
+    return (_subject_in(nearest, opening, last=True) or _subject_in(before, opening, last=True)
+            or opening or _UNKNOWN)
 
 
-def _subject_in(chunk: str, carried: Subject | None) -> Subject | None:
-    """The first name or pronoun of ``chunk``, with the relatives its possessive names."""
+def _subject_in(chunk: str, carried: Subject | None, *, last: bool = False) -> Subject | None:
+    """The first name or pronoun of ``chunk`` (``last``: the one nearest its end, the
+    subject of a statement that follows: "Nadia said that their father lives in ..." is
+    about Nadia's father), with the relatives its possessive names."""
     mentions = {start: end for start, end, _ in _mentions(chunk)}
+    found: Subject | None = None
     for token in _TOKEN.finditer(chunk):
         low = token.group().lower().replace("\u2019", "'")
         bare = low.removesuffix("'s")
@@ -528,10 +531,11 @@ def _subject_in(chunk: str, carried: Subject | None) -> Subject | None:
             base, possessive = carried or _UNKNOWN, low in _POSSESSIVE_PRONOUNS
         if base is None:
             continue
-        if not possessive:
-            return base
-        return Subject(base.names, base.relations + _relations(chunk[end:]))
-    return None
+        found = base if not possessive else Subject(
+            base.names, base.relations + _relations(chunk[end:]))
+        if not last:
+            return found
+    return found
 
 
 def _relations(chain: str) -> tuple[str, ...]:

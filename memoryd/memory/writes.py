@@ -125,7 +125,7 @@ _BY_HASH = text("""SELECT id FROM memories
 _BY_HASHES = text("""SELECT content_hash, id FROM memories
                      WHERE agent_id = :agent_id AND content_hash = ANY(:hashes)
                        AND valid_to IS NULL""")
-_BY_KEY = text("""SELECT id, content_hash, metadata FROM memories
+_BY_KEY = text("""SELECT id, content_hash, metadata, created_at FROM memories
                   WHERE agent_id = :agent_id AND key = :key AND valid_to IS NULL FOR UPDATE""")
 _SET_CONTENT = text("""
 UPDATE memories SET content = :content, content_hash = :h,
@@ -272,7 +272,7 @@ def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
             if current.metadata == json.loads(row.values["metadata"]):
                 return StoreResult(id=current.id, stored=False, duplicate=True), None
             return _update_in_place(session, current.id, row), None
-        return _new_version(session, current.id, row)
+        return _new_version(session, current.id, current.created_at, row)
     existing = session.execute(_BY_HASH, {"agent_id": row.agent_id,
                                           "h": row.values["content_hash"]}).first()
     if existing is None:
@@ -280,14 +280,17 @@ def _write_keyed(session: Session, row: PreparedRow) -> tuple[StoreResult, datet
     return StoreResult(id=existing.id, stored=False, duplicate=True), None
 
 
-def _new_version(session: Session, old_id: uuid.UUID, row: PreparedRow
+def _new_version(session: Session, old_id: uuid.UUID, created_at: datetime, row: PreparedRow
                  ) -> tuple[StoreResult, datetime | None]:
-    """The key's new content as a new memory superseding ``old_id``. If the content is
-    another current memory's already, dedup wins and the key stays where it was."""
+    """The key's new content as a new memory superseding ``old_id``: created when the
+    key was (as an update in place kept it), true from now unless the caller says. If the
+    content is another current memory's already, dedup wins and the key stays put."""
+    values = {**row.values, "created_at": row.values["created_at"] or created_at,
+              "valid_from": row.values["valid_from"] or clock.now()}
     try:
         with session.begin_nested():
             supersession.release_key(session, row.agent_id, old_id, actor=row.actor)
-            inserted = session.execute(_INSERT, row.values).first()
+            inserted = session.execute(_INSERT, values).first()
             if inserted is None:
                 raise _Taken
             supersession.replace_key(session, row.agent_id, old_id, inserted.id,

@@ -31,12 +31,15 @@ def bad_http_requests(agent: str, canary: str) -> list[Request]:
              {"content": "x", "importance": canary}, {"content": "x", "created_at": canary},
              {"content": "x", "expires_at": canary}, {"content": "x", "tags": [[canary]]},
              {"content": "x", "metadata": canary}, {"content": [canary]},
-             {"items": [{"content": "x", "category": canary}]}, {"items": canary}]
+             {"items": [{"content": "x", "category": canary}]}, {"items": canary},
+             {"content": "x", "supersedes": [canary]}, {"content": "x", "valid_from": canary},
+             {"content": "x", "actor": canary}]
     recall = [{"query": "x", "category": canary}, {"query": "x", "mode": canary},
               {"query": "x", "since": canary}, {"query": "x", "until": canary},
               {"query": "x", "limit": canary}, {"query": "x", "tags": [[canary]]},
               {"query": "x", "metadata": {"k": [canary]}}, {"query": [canary]},
-              {"query": "x", "include_archived": canary}, {"query": "x", "session_id": [canary]}]
+              {"query": "x", "include_archived": canary}, {"query": "x", "session_id": [canary]},
+              {"query": "x", "as_of": canary}, {"query": "x", "include_superseded": canary}]
     graph = [{"id": [canary]}, {"id": "x", "attributes": canary},
              {"id": "x", "relations": [{"target": canary}]}, {"id": "x", "type": [canary]}]
     jobs = [{"dry_run": canary}, {"dry_run": True, "params": {"batch_size": canary}},
@@ -48,9 +51,15 @@ def bad_http_requests(agent: str, canary: str) -> list[Request]:
           for name in ("category", "since", "until", "limit", "offset")],
         ("agent", "GET", f"{at}/memories/{canary}", None, None),
         ("agent", "DELETE", f"{at}/memories/{canary}", None, None),
+        ("agent", "GET", f"{at}/memories/{canary}/history", None, None),
+        ("agent", "POST", f"{at}/memories/{canary}/current", None, None),
+        ("agent", "POST", f"{at}/memories/{canary}/supersedes", None, {"supersedes": ["x"]}),
+        *[("agent", "GET", f"{at}/memories", {name: canary}, None)
+          for name in ("as_of", "include_superseded")],
         *[("agent", "POST", f"{at}/recall", None, body) for body in recall],
         ("agent", "POST", f"{at}/context", None, {"query": [canary]}),
         ("agent", "POST", f"{at}/context", None, {"query": "x", "limit": canary}),
+        ("agent", "POST", f"{at}/context", None, {"query": "x", "as_of": canary}),
         *[("agent", "POST", f"{at}/kg/entities", None, body) for body in graph],
         ("agent", "GET", f"{at}/kg/entities/{canary}", None, None),
         ("agent", "GET", f"{at}/kg/entities/x", {"depth": canary}, None),
@@ -63,6 +72,9 @@ def bad_http_requests(agent: str, canary: str) -> list[Request]:
         ("admin", "GET", "/v1/jobs/runs", {"limit": canary}, None),
         ("admin", "POST", f"/v1/evicted/{canary}/restore", None, None),
         ("admin", "GET", "/v1/stats", {"limit": canary}, None),
+        ("admin", "GET", "/v1/admin/reviews", {"status": canary}, None),
+        ("admin", "POST", f"/v1/admin/reviews/{canary}/accept", None, None),
+        ("agent", "GET", "/v1/admin/reviews", None, None),  # not an admin key: 403
         ("admin", "DELETE", f"/v1/agents/{agent}", {"wait": canary}, None),
         ("agent", "GET", "/v1/embeddings", None, None),  # not an admin key: 403
     ]
@@ -77,6 +89,9 @@ def bad_mcp_calls(canary: str) -> list[tuple[str, dict[str, Any]]]:
         ("recall", {"query": "x", "limit": canary}), ("recall", {"query": "x", "mode": canary}),
         ("recall", {"query": "x", "since": canary}),
         ("recall", {"query": "x", "metadata": {"k": [canary]}}),
+        ("recall", {"query": "x", "as_of": canary}),
+        ("remember", {"content": "x", "supersedes": [canary]}),
+        ("history", {"memory_id": canary}), ("history", {"memory_id": [canary]}),
         ("forget", {"memory_id": [canary]}), ("forget", {"memory_id": canary}),
         ("context", {"query": [canary]}), ("context", {"query": "x", "limit": canary}),
         ("list_memories", {"category": canary}), ("list_memories", {"offset": canary}),
@@ -107,4 +122,5 @@ def bad_cli_commands(agent: str, canary: str) -> list[list[str]]:
         ["recall", agent, "x", "--since", canary], ["recall", agent, "x", "--where", canary],
         ["list", agent, "--category", canary], ["list", agent, "--offset", canary],
         ["forget", agent, canary], ["context", agent, "x", "--limit", canary],
+        ["recall", agent, "x", "--as-of", canary], ["history", agent, canary],
     ]
