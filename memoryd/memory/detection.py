@@ -90,19 +90,20 @@ def settle(session: Session, agent_id: str, ids: Sequence[uuid.UUID], judges: Ju
     """Judge the agent's memories ``ids`` against their candidates and apply or queue
     what the judges decide, in the caller's transaction (for judges that call nothing
     outside: an LLM's call is made between ``pairs_of`` and ``record``)."""
-    pairs = pairs_of(session, agent_id, ids)
+    pairs = pairs_of(session, agent_id, ids, offline=judges.llm is None)
     if not pairs:
         return Outcome()
     applied, queued = decide(pairs, judges, cause)
     return record(session, agent_id, applied, queued, judged=len(pairs), actor=actor)
 
 
-def pairs_of(session: Session, agent_id: str, ids: Sequence[uuid.UUID]
-             ) -> list[tuple[Said, Said]]:
-    """The agent's current memories ``ids`` paired with their candidates."""
+def pairs_of(session: Session, agent_id: str, ids: Sequence[uuid.UUID], *,
+             offline: bool = False) -> list[tuple[Said, Said]]:
+    """The agent's current memories ``ids`` paired with their candidates (``offline``:
+    for the offline judge alone, see ``candidate_pairs``)."""
     fresh = [Said(r.id, r.content, r.valid_from) for r in session.execute(
         _FRESH, {"agent_id": agent_id, "ids": [str(i) for i in ids]})]
-    return candidate_pairs(session, agent_id, fresh)
+    return candidate_pairs(session, agent_id, fresh, offline=offline)
 
 
 def record(session: Session, agent_id: str, applied: Sequence[Decision],
@@ -117,9 +118,13 @@ def record(session: Session, agent_id: str, applied: Sequence[Decision],
     return outcome
 
 
-def candidate_pairs(session: Session, agent_id: str, fresh: Sequence[Said]
-                    ) -> list[tuple[Said, Said]]:
-    """(new, candidate) pairs, each unordered pair once."""
+def candidate_pairs(session: Session, agent_id: str, fresh: Sequence[Said], *,
+                    offline: bool = False) -> list[tuple[Said, Said]]:
+    """(new, candidate) pairs, each unordered pair once. ``offline``: only memories the
+    offline judge can read as stating a single-valued attribute are looked at (its
+    verdicts need one on the new side), which spares most stores the search."""
+    if offline:
+        fresh = [s for s in fresh if judging.may_replace(s.content)]
     with_subjects = [(s, " ".join(sorted(judging.subjects(s.content)))) for s in fresh]
     with_subjects = [(s, subj) for s, subj in with_subjects if subj]
     if not with_subjects:

@@ -38,7 +38,7 @@ from memoryd.memory.judging_rules import (
 from memoryd.memory.llm import LLM, is_fallback
 
 __all__ = ["SUPERSEDE_AT", "Judgement", "Verdict", "combine", "judge_offline", "judge_with_llm",
-           "parse_judgements", "subjects"]
+           "may_replace", "parse_judgements", "subjects"]
 
 Verdict = Literal["replaces", "conflicts", "additive", "unrelated"]
 
@@ -117,6 +117,13 @@ def _ended_unread(new_claims: Sequence[Claim], old: str) -> Judgement | None:
         attribute = stated or (ended.attribute if ended.attribute in SINGLE else None)
         return _judged("replaces", _UNSURE if _PAST.search(old) else _LIKELY, attribute)
     return None
+
+
+def may_replace(text: str) -> bool:
+    """Whether the offline judge can find ``text`` replacing anything, or replaced: it
+    states, or ends, a value of a single-valued attribute. Most memories do not, and
+    with no LLM beside it their candidates need not be looked for."""
+    return any(c.attribute in SINGLE or c.attribute == ANY for c in claims_of(text))
 
 
 def subjects(text: str) -> frozenset[str]:

@@ -231,7 +231,7 @@ class MemoryStore:
         superseded: dict[uuid.UUID, builtins.list[uuid.UUID]] = {}
         for agent, ids in pending.items():
             with self.session() as session:
-                pairs = detection.pairs_of(session, agent, ids)
+                pairs = detection.pairs_of(session, agent, ids, offline=False)
             if not pairs:
                 continue
             try:

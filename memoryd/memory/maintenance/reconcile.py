@@ -173,7 +173,8 @@ def _reconcile_agent(ctx: JobContext, judges: Judges, agent_id: str, fresh: Sequ
     queue what the judges decided in one transaction. The judges (an LLM call, maybe)
     work outside any transaction."""
     with ctx.store.session() as session:
-        pairs = _undecided(session, agent_id, detection.candidate_pairs(session, agent_id, fresh))
+        pairs = _undecided(session, agent_id, detection.candidate_pairs(
+            session, agent_id, fresh, offline=judges.llm is None))
     tally.judged += len(pairs)
     applied, queued = _decide(pairs, judges)
     if not applied and not queued:
