@@ -8,12 +8,14 @@ store's and embeds the content again when it is not. It is idempotent: a memory 
 content (or key) the agent already holds is not added again, and sessions, entities,
 relations and links that exist are left as they are, so a second import of the same
 file adds nothing. Memories get new ids (the file may come from an agent that still
-exists); sessions and links are rewritten to them.
+exists); sessions, links, supersessions, versions and the replacement each superseded
+memory names are rewritten to them.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from memoryd import clock
 from memoryd import validation as check
+from memoryd.db.models import SupersessionRow, VersionRow
 from memoryd.errors import ValidationError
 from memoryd.memory.embeddings import to_pgvector
 from memoryd.memory.rows import STORED_COLUMNS
@@ -35,7 +38,7 @@ FORMAT, VERSION = "memoryd-export", 1
 BATCH = 500
 # Records after the header, in the order an import needs them (memories before what
 # refers to them).
-KINDS = ("memory", "session", "entity", "relation", "link")
+KINDS = ("memory", "session", "entity", "relation", "link", "supersession", "version")
 _EXPORT = {
     "memory": "SELECT to_jsonb(m) - 'embedding' - 'tsv' AS data, CAST(m.embedding AS text) "
               "AS embedding FROM memories m WHERE agent_id = :a ORDER BY created_at, id",
@@ -47,6 +50,10 @@ _EXPORT = {
                 "ORDER BY source, target, type",
     "link": "SELECT to_jsonb(l) AS data FROM memory_links l WHERE agent_id = :a "
             "ORDER BY source_id, target_id, kind",
+    "supersession": "SELECT to_jsonb(s) - 'id' AS data FROM memory_supersessions s "
+                    "WHERE agent_id = :a ORDER BY id",
+    "version": "SELECT to_jsonb(v) - 'id' AS data FROM memory_versions v WHERE agent_id = :a "
+               "ORDER BY id",
 }
 
 
@@ -58,6 +65,8 @@ class Imported:
     entities: int = 0
     relations: int = 0
     links: int = 0
+    supersessions: int = 0
+    versions: int = 0
     reembedded: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -120,6 +129,18 @@ def _read(store: MemoryStore, session: Session, agent: str,
         _other(session, agent, record, result, ids)
     if pending:
         _memories(store, session, agent, pending, result, ids, source_model)
+    _relink_replacements(session, agent, ids)
+
+
+def _relink_replacements(session: Session, agent: str, ids: dict[str, str]) -> None:
+    """Superseded memories name their replacement by its exported id: this store's now
+    (none, if the file did not hold it)."""
+    session.execute(text("""
+        UPDATE memories m SET superseded_by = CAST(CAST(:map AS jsonb) ->> CAST(m.superseded_by
+                                                                           AS text) AS uuid)
+        WHERE m.agent_id = :a AND m.superseded_by IS NOT NULL
+          AND m.id = ANY(CAST(:new AS uuid[]))"""),
+                    {"map": json.dumps(ids), "a": agent, "new": list(set(ids.values()))})
 
 
 def _records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
@@ -149,7 +170,8 @@ def _check_header(header: dict[str, Any] | None) -> None:
 
 _INSERT_MEMORIES = text(f"""
     INSERT INTO memories ({", ".join(STORED_COLUMNS)})
-    SELECT {", ".join({"id": "gen_random_uuid()", "agent_id": "CAST(:agent AS text)",
+    SELECT {", ".join({"id": "CAST(x.item ->> 'new_id' AS uuid)",
+                       "agent_id": "CAST(:agent AS text)",
                        "embedding": "CAST(x.item ->> 'embedding' AS vector)",
                        "embedding_model": "CAST(:model AS text)"}
                       .get(c, f"r.{c}") for c in STORED_COLUMNS)}
@@ -169,8 +191,10 @@ def _memories(store: MemoryStore, session: Session, agent: str, batch: list[dict
         for record, vector in zip(stale, vectors, strict=True):
             record["embedding"] = to_pgvector(vector)
         result.reembedded = True
-    added = session.execute(_INSERT_MEMORIES, {"agent": agent, "model": model,
-                                               "batch": json.dumps(batch)}).all()
+    for record in batch:
+        record["new_id"] = str(uuid.uuid4())
+    added = {str(r.id) for r in session.execute(_INSERT_MEMORIES, {
+        "agent": agent, "model": model, "batch": json.dumps(batch)})}
     result.memories += len(added)
     result.memories_present += len(batch) - len(added)
     hashes = [str(r["data"].get("content_hash")) for r in batch]
@@ -179,8 +203,11 @@ def _memories(store: MemoryStore, session: Session, agent: str, batch: list[dict
         "WHERE agent_id = :a AND content_hash = ANY(:h) AND valid_to IS NULL"),
         {"a": agent, "h": hashes}).all())
     for record, digest in zip(batch, hashes, strict=True):
-        if digest in found:
-            ids[str(record["data"].get("id"))] = found[digest]
+        exported = str(record["data"].get("id"))
+        if record["new_id"] in added:
+            ids[exported] = record["new_id"]
+        elif digest in found:  # the agent holds it already
+            ids[exported] = found[digest]
 
 
 def _other(session: Session, agent: str, record: dict[str, Any], result: Imported,
@@ -191,14 +218,39 @@ def _other(session: Session, agent: str, record: dict[str, Any], result: Importe
         data["messages"] = [dict(m, id=ids[str(m.get("id"))]) for m in data.get("messages") or []
                             if isinstance(m, dict) and str(m.get("id")) in ids]
         data["message_count"] = len(data["messages"])
+        data["compacted_ids"] = [ids[str(i)] for i in data.get("compacted_ids") or []
+                                 if str(i) in ids]
         result.sessions += _insert(session, "sessions", data)
     elif kind == "entity":
         result.entities += _insert(session, "kg_entities", data)
     elif kind == "relation":
         result.relations += _insert(session, "kg_relations", data)
+    elif kind == "supersession":
+        if str(data.get("old_id")) in ids and str(data.get("new_id")) in ids:
+            data.update(old_id=ids[str(data["old_id"])], new_id=ids[str(data["new_id"])])
+            result.supersessions += _insert_numbered(session, "memory_supersessions", data)
+    elif kind == "version":
+        if str(data.get("memory_id")) in ids:
+            data["memory_id"] = ids[str(data["memory_id"])]
+            result.versions += _insert_numbered(session, "memory_versions", data)
     elif str(data.get("source_id")) in ids and str(data.get("target_id")) in ids:
         data.update(source_id=ids[str(data["source_id"])], target_id=ids[str(data["target_id"])])
         result.links += _insert(session, "memory_links", data)
+
+
+def _insert_numbered(session: Session, table: str, data: dict[str, Any]) -> int:
+    """``_insert`` for a table whose rows this store numbers itself (``id``)."""
+    columns = [c for c in _COLUMNS[table] if c != "id"]
+    listed = ", ".join(columns)
+    added = session.execute(text(f"""
+        INSERT INTO {table} ({listed})
+        SELECT {listed} FROM jsonb_populate_record(NULL::{table}, CAST(:d AS jsonb))
+        ON CONFLICT DO NOTHING RETURNING 1"""), {"d": json.dumps(data)}).first()
+    return 0 if added is None else 1
+
+
+_COLUMNS = {model.__tablename__: tuple(c.name for c in model.__table__.columns)
+            for model in (SupersessionRow, VersionRow)}
 
 
 def _insert(session: Session, table: str, data: dict[str, Any]) -> int:

@@ -60,7 +60,8 @@ def test_an_export_imported_into_another_agent_is_the_same_memory_and_imports_on
 
     first = as_json(memoryd(service_env, "import", target, str(dump), "--json"))
     assert first == {"memories": 3, "memories_present": 0, "sessions": 1, "entities": 2,
-                     "relations": 2, "links": 1, "reembedded": False}
+                     "relations": 2, "links": 1, "supersessions": 0, "versions": 0,
+                     "reembedded": False}
     assert _memories(store, target) == _memories(store, source)
     assert not {m.id for m in store.list(target).items} & {m.id for m in
                                                            store.list(source).items}
@@ -77,7 +78,8 @@ def test_an_export_imported_into_another_agent_is_the_same_memory_and_imports_on
 
     again = as_json(memoryd(service_env, "import", target, str(dump), "--json"))
     assert again == {"memories": 0, "memories_present": 3, "sessions": 0, "entities": 0,
-                     "relations": 0, "links": 0, "reembedded": False}
+                     "relations": 0, "links": 0, "supersessions": 0, "versions": 0,
+                     "reembedded": False}
     assert len(store.list(target).items) == 3
 
 
@@ -119,6 +121,23 @@ def test_a_memory_of_another_model_in_a_file_of_this_one_is_embedded_again(
     assert result["reembedded"] is True and result["memories"] == 3
     # The one re-embedded, the others' vectors kept as they were.
     assert _differing_vectors(store, source, target) == 0
+
+
+def test_an_export_carries_the_history_of_replaced_facts(
+        store: MemoryStore, service_env: dict[str, str], tmp_path: Path) -> None:
+    source, target = f"src-{uuid.uuid4()}", f"dst-{uuid.uuid4()}"
+    store.store(source, "Ship date: March 3.", key="ship-date")
+    store.store(source, "Ship date: April 9.", key="ship-date")
+    lines = memoryd(service_env, "export", source).stdout.splitlines()
+    result = _import(service_env, tmp_path, target, [json.loads(line) for line in lines])
+    assert (result["memories"], result["supersessions"], result["versions"]) == (2, 1, 1)
+    current = store.get_by_key(target, "ship-date")
+    assert current.content == "Ship date: April 9."
+    [old] = [m for m in store.list(target, include_superseded=True).items if not m.current]
+    assert old.superseded_by == current.id and old.content == "Ship date: March 3."
+    history = store.history(target, old.id)
+    assert [v.cause for v in history.versions] == ["superseded"]
+    assert [(s.cause, s.new_id) for s in history.supersessions] == [("key", current.id)]
 
 
 NO_MODELS_VECTOR = "[" + ",".join(["0.0"] * 383 + ["1.0"]) + "]"  # garbage for any model
