@@ -12,7 +12,7 @@ disagree, it waits in the review queue (``supersession.queue_review``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,6 +23,7 @@ from memoryd.config import Settings
 from memoryd.memory import judging, supersession
 from memoryd.memory import llm as llm_mod
 from memoryd.memory.supersession import Decision
+from memoryd.types import StoreItem, StoreResult
 
 CANDIDATES = 6  # per new memory: the nearest in meaning among those sharing a subject
 # Memories sharing a subject that are looked at, newest first: bounds the work when a
@@ -59,14 +60,15 @@ class Judges:
     llm: llm_mod.LLM | None = None
 
     @classmethod
-    def configured(cls, settings: Settings) -> Judges | None:
-        """The judges ``settings.judge`` asks for (None: judging is off)."""
+    def configured(cls, settings: Settings, llm: llm_mod.LLM | None = None) -> Judges | None:
+        """The judges ``settings.judge`` asks for (None: judging is off); ``llm`` stands
+        in for the configured LLM."""
         if settings.judge == "off":
             return None
         if settings.judge == "offline":
             return cls()
-        llm = llm_mod.get_llm(settings)
-        return cls(None if llm_mod.is_fallback(llm) else llm)
+        model = llm if llm is not None else llm_mod.get_llm(settings)
+        return cls(None if llm_mod.is_fallback(model) else model)
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,9 @@ def record(session: Session, agent_id: str, applied: Sequence[Decision],
            actor: str | None = None) -> Outcome:
     """Apply and queue decisions (those whose old memory is still current)."""
     outcome = Outcome(judged=judged)
+    replacement = {d.old_id: d.new_id for d in applied}
     for old in supersession.apply(session, agent_id, applied, actor=actor):
-        new = next(d.new_id for d in applied if d.old_id == old)
-        outcome.superseded.setdefault(new, []).append(old)
+        outcome.superseded.setdefault(replacement[old], []).append(old)
     outcome.queued = supersession.queue_review(session, agent_id, queued, actor=actor)
     return outcome
 
@@ -162,3 +164,36 @@ def decide(pairs: Sequence[tuple[Said, Said]], judges: Judges, cause: str
         decision = Decision(earlier.id, later.id, cause, label, attribute, confidence)
         (applied if confidence >= judging.SUPERSEDE_AT else queued).append(decision)
     return applied, queued
+
+
+def after_write(session: Session, pairs: Sequence[tuple[str, StoreItem]],
+                results: Sequence[StoreResult], judges: Judges | None, *,
+                actor: str | None = None, judging: bool = True
+                ) -> tuple[list[StoreResult], dict[str, list[uuid.UUID]]]:
+    """After a store's writes: each item's explicit ``supersedes`` is checked and applied;
+    the new memories that named none are judged against their candidates by ``judges``,
+    agent by agent, or, without them, returned to judge after the commit (when
+    ``judging``). Results say what each memory superseded."""
+    superseded: dict[uuid.UUID, list[uuid.UUID]] = {}
+    unjudged: dict[str, list[uuid.UUID]] = {}
+    for (agent, item), result in zip(pairs, results, strict=True):
+        if item.supersedes:
+            superseded.setdefault(result.id, []).extend(supersession.explicit(
+                session, agent, result.id, item.supersedes, actor=actor))
+        elif result.stored and judging:
+            unjudged.setdefault(agent, []).append(result.id)
+    if judges is not None:
+        for agent, ids in unjudged.items():
+            outcome = settle(session, agent, ids, judges, actor=actor)
+            for new, olds in outcome.superseded.items():
+                superseded.setdefault(new, []).extend(olds)
+        unjudged = {}
+    return with_superseded(results, superseded), unjudged
+
+
+def with_superseded(results: Sequence[StoreResult],
+                    superseded: Mapping[uuid.UUID, Sequence[uuid.UUID]]
+                    ) -> list[StoreResult]:
+    """``results``, each saying what its memory superseded."""
+    return [r.model_copy(update={"superseded": (*r.superseded, *superseded.get(r.id, ()))})
+            if r.id in superseded else r for r in results]

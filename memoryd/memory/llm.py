@@ -10,6 +10,7 @@ never part of a message, a repr, or an exception chain.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from datetime import UTC
@@ -193,6 +194,10 @@ def _as_seconds(raw: str | None) -> float | None:
 
 # The LLM a test installed, if any; otherwise one is chosen from the settings per call.
 _INSTALLED: Slot[LLM] = Slot("llm")
+# The Anthropic client of the configured key, model and timeout (the key by its digest):
+# store-time judging asks for the LLM on every store batch, and a client built each time
+# would open a new connection for each call.
+_ANTHROPIC: Slot[tuple[tuple[str, str, float], AnthropicLLM]] = Slot("anthropic_llm")
 
 
 def set_llm(llm: LLM | None) -> None:
@@ -203,8 +208,8 @@ def set_llm(llm: LLM | None) -> None:
 def get_llm(settings: Settings | None = None) -> LLM:
     """The override if set, else Anthropic when a key is configured, else ``ExtractiveLLM``.
 
-    Not cached: settings can change between calls (tests), and a job calls this once
-    per run, so building a client each time costs little.
+    The Anthropic client is kept while the key, model and timeout stay the same (settings
+    can change between calls: tests).
     """
     installed = _INSTALLED.value
     if installed is not None:
@@ -216,7 +221,13 @@ def get_llm(settings: Settings | None = None) -> LLM:
     key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else ""
     if not key.strip():
         return ExtractiveLLM()
-    return AnthropicLLM(key, settings.llm_model, settings.llm_timeout_s)
+    wanted = (hashlib.sha256(key.encode()).hexdigest(), settings.llm_model,
+              settings.llm_timeout_s)
+    cached = _ANTHROPIC.value
+    if cached is None or cached[0] != wanted:
+        cached = (wanted, AnthropicLLM(key, settings.llm_model, settings.llm_timeout_s))
+        _ANTHROPIC.value = cached
+    return cached[1]
 
 
 def is_fallback(llm: LLM) -> bool:

@@ -207,16 +207,16 @@ class MemoryStore:
                         actor: str | None = None) -> builtins.list[StoreResult]:
         """Store already validated (agent id, item) pairs, of one or more agents: one
         embedding pass outside the transaction, then one transaction, in which the
-        memories each replaces are superseded (``settle``). ``actor``: who stores them
-        (``key:<id>``), as versions and supersessions record it."""
+        memories each replaces are superseded (``detection.after_write``). ``actor``: who
+        stores them (``key:<id>``), as versions and supersessions record it."""
         rows = writes.prepare(self.embedder, pairs, actor=actor)
         judges = self.judges
         # An LLM's call is made after the commit, never inside a transaction.
         judge_now = judges if judges is not None and judges.llm is None else None
         with self.write_session(*{agent for agent, _ in pairs}) as session:
             results = writes.write(session, rows)
-            results, later = settle(session, pairs, results, judge_now, actor=actor,
-                                    judging=judges is not None)
+            results, later = detection.after_write(session, pairs, results, judge_now,
+                                                   actor=actor, judging=judges is not None)
         if later and judges is not None:
             results = self._judge_after(later, results, judges, actor=actor)
         return results
@@ -244,7 +244,7 @@ class MemoryStore:
                                            judged=len(pairs), actor=actor)
             for new, olds in outcome.superseded.items():
                 superseded.setdefault(new, []).extend(olds)
-        return _with_superseded(results, superseded)
+        return detection.with_superseded(results, superseded)
 
     @property
     def judges(self) -> detection.Judges | None:
@@ -510,38 +510,6 @@ class MemoryStore:
         count = check.message_limit(limit)
         with self.read_session(agent) as session:
             return sessions.messages(session, agent, sid, count)
-
-
-def settle(session: Session, pairs: Sequence[tuple[str, StoreItem]],
-           results: Sequence[StoreResult], judges: detection.Judges | None, *,
-           actor: str | None = None, judging: bool = True
-           ) -> tuple[builtins.list[StoreResult], dict[str, builtins.list[uuid.UUID]]]:
-    """After a store's writes: each item's explicit ``supersedes`` is checked and applied;
-    the new memories that named none are judged against their candidates by ``judges``,
-    agent by agent, or, without them, returned to judge after the commit (when
-    ``judging``). Results say what each memory superseded."""
-    superseded: dict[uuid.UUID, builtins.list[uuid.UUID]] = {}
-    unjudged: dict[str, builtins.list[uuid.UUID]] = {}
-    for (agent, item), result in zip(pairs, results, strict=True):
-        if item.supersedes:
-            superseded.setdefault(result.id, []).extend(supersession.explicit(
-                session, agent, result.id, item.supersedes, actor=actor))
-        elif result.stored and judging:
-            unjudged.setdefault(agent, []).append(result.id)
-    if judges is not None:
-        for agent, ids in unjudged.items():
-            outcome = detection.settle(session, agent, ids, judges, actor=actor)
-            for new, olds in outcome.superseded.items():
-                superseded.setdefault(new, []).extend(olds)
-        unjudged = {}
-    return _with_superseded(results, superseded), unjudged
-
-
-def _with_superseded(results: Sequence[StoreResult],
-                     superseded: Mapping[uuid.UUID, Sequence[uuid.UUID]]
-                     ) -> builtins.list[StoreResult]:
-    return [r.model_copy(update={"superseded": (*r.superseded, *superseded.get(r.id, ()))})
-            if r.id in superseded else r for r in results]
 
 
 def _filters(since: object, until: object, metadata: object, **chosen: Any) -> recall.Filters:

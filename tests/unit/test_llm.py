@@ -274,6 +274,16 @@ def test_get_llm_with_key_is_anthropic() -> None:
         assert "sk-test" not in repr(chosen)
 
 
+def test_get_llm_keeps_one_client_while_key_model_and_timeout_stay() -> None:
+    with override_settings(anthropic_api_key="sk-test", llm_model="claude-test-model"):
+        first = get_llm()
+        assert get_llm() is first
+    with override_settings(anthropic_api_key="sk-test", llm_model="claude-other-model"):
+        assert get_llm() is not first
+    with override_settings(anthropic_api_key="sk-other", llm_model="claude-test-model"):
+        assert get_llm() is not first
+
+
 def test_get_llm_blank_key_is_extractive() -> None:
     with override_settings(anthropic_api_key="   "):
         assert isinstance(get_llm(), ExtractiveLLM)

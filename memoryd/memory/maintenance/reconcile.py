@@ -37,8 +37,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from memoryd.memory import detection, supersession, versions
-from memoryd.memory import llm as llm_mod
+from memoryd.memory import detection, versions
 from memoryd.memory.detection import Judges, Said
 from memoryd.memory.maintenance.checkpoints import load_checkpoint, save_checkpoint, valid_state
 from memoryd.memory.maintenance.context import JobContext, JobOutcome
@@ -113,10 +112,7 @@ def reconcile(ctx: JobContext) -> JobOutcome:
 def judges_for(ctx: JobContext) -> Judges:
     """Store time's judges; the offline judge where store time judges nothing. The run's
     own LLM (``run_job(llm=...)``) stands in for the configured one."""
-    if ctx.store.settings.judge != "auto":
-        return Judges()
-    llm = ctx.llm if ctx.llm is not None else llm_mod.get_llm(ctx.store.settings)
-    return Judges(None if llm_mod.is_fallback(llm) else llm)
+    return Judges.configured(ctx.store.settings, ctx.llm) or Judges()
 
 
 def _label(judges: Judges) -> str:
@@ -186,8 +182,9 @@ def _reconcile_agent(ctx: JobContext, judges: Judges, agent_id: str, fresh: Sequ
     actor = versions.actor_of_run(ctx.run_id)
     with ctx.store.write_session(agent_id) as session:
         applied, queued = _still_current(session, agent_id, applied, queued)
-        tally.superseded += len(supersession.apply(session, agent_id, applied, actor=actor))
-        tally.queued += supersession.queue_review(session, agent_id, queued, actor=actor)
+        outcome = detection.record(session, agent_id, applied, queued, actor=actor)
+    tally.superseded += sum(len(olds) for olds in outcome.superseded.values())
+    tally.queued += outcome.queued
 
 
 def _decide(pairs: Sequence[tuple[Said, Said]], judges: Judges
