@@ -61,6 +61,14 @@ from memoryd.types import (
     StoreResult,
     Supersession,
 )
+from memoryd.working.model import (
+    Promotion,
+    ThreadInfo,
+    WorkingMemory,
+    WorkingUpdate,
+    thread_id,
+)
+from memoryd.working.store import WorkingStore, thread_tag
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
@@ -155,6 +163,7 @@ class MemoryClient:
         self._app = Celery("memoryd-client", set_as_current=False)
         self._app.conf.update(celery_config(self.settings, broker_url=broker_url,
                                             result_backend=result_backend, caller=True))
+        self._working: WorkingStore | None = None
 
     def close(self) -> None:
         """Release broker and result-backend connections (of every thread that used us)."""
@@ -167,6 +176,8 @@ class MemoryClient:
                 consumer.subscribed_to.clear()
         self._backends.clear()
         self._app.close()
+        if self._working is not None:
+            self._working.close()
 
     def check_broker(self, timeout: float = 2.0) -> None:
         """Connect to the broker once; raises if it does not answer within ``timeout``."""
@@ -443,6 +454,78 @@ class MemoryClient:
         return self._pending(self._app.AsyncResult(ref), _conversion(kind, agent_id),
                              timeout)
 
+    # --- working memory: straight to Redis, no worker in the way -----------------------
+    @property
+    def working_store(self) -> WorkingStore:
+        """Working memory's Redis (``MEMORYD_WORKING_REDIS_URL``, else the broker's)."""
+        if self._working is None:
+            conf = self._app.conf
+            self._working = WorkingStore.from_settings(
+                self.settings, broker_url=conf.broker_url, result_backend=conf.result_backend)
+        return self._working
+
+    def working(self, agent_id: str, thread: str) -> WorkingMemory:
+        """The thread's working memory (version 0: it has none); reading it slides its
+        deadline and counts as an access."""
+        agent, name = check.agent_id(agent_id), thread_id(thread)
+        with unreachable_as_unavailable():
+            return self.working_store.get(agent, name)
+
+    def update_working(self, agent_id: str, thread: str,
+                       update: WorkingUpdate | Mapping[str, Any] | None = None,
+                       **fields: Any) -> WorkingMemory:
+        """Apply one update atomically (``WorkingUpdate``'s fields, as a model, a mapping
+        or keywords): messages appended, variables set or deleted, flags set or cleared,
+        counters incremented, topic, entities and tools set. ``expected_version``
+        makes it compare-and-set (``Conflict`` when the thread moved on). Messages the
+        thread no longer keeps go to long-term memory at once."""
+        agent, name = check.agent_id(agent_id), thread_id(thread)
+        given = fields if update is None else update
+        with unreachable_as_unavailable():
+            state, spilled = self.working_store.update(agent, name, given)
+            if spilled:
+                self._promote(state.agent_id, state.thread_id)
+        return state
+
+    def clear_working(self, agent_id: str, thread: str) -> WorkingMemory:
+        """Empty the thread's working memory; its messages go to long-term memory."""
+        agent, name = check.agent_id(agent_id), thread_id(thread)
+        with unreachable_as_unavailable():
+            state, moved = self.working_store.clear(agent, name)
+            if moved:
+                self._promote(agent, name)
+        return state
+
+    def end_thread(self, agent_id: str, thread: str, *,
+                   timeout: float | None = None) -> Promotion:
+        """End the thread: its messages become those of session ``thread`` in long-term
+        memory, then its working memory is deleted. Should the wait time out, the
+        promotion still happens (a worker's sweep takes it over)."""
+        agent, name = check.agent_id(agent_id), thread_id(thread)
+        with unreachable_as_unavailable():
+            tag = self.working_store.retire(agent, name)
+        if tag is None:
+            return Promotion(agent_id=agent, thread_id=name, promoted=0, already=0,
+                             ended=False)
+        done = self._call("memoryd.working.end", {"tag": tag}, _promotion, timeout)
+        return done or Promotion(agent_id=agent, thread_id=name, promoted=0, already=0,
+                                 ended=True)
+
+    def threads(self, agent_id: str, *, limit: int = 100,
+                offset: int = 0) -> builtins.list[ThreadInfo]:
+        """The agent's live threads, soonest to expire first."""
+        agent = check.agent_id(agent_id)
+        with unreachable_as_unavailable():
+            return self.working_store.threads(agent, limit=check.limit(limit),
+                                              offset=check.offset(offset))
+
+    def _promote(self, agent_id: str, thread: str) -> None:
+        """Send the thread's trimmed messages on to long-term memory; nobody waits (the
+        sweep resends it should this message be lost)."""
+        kwargs = {"tag": thread_tag(agent_id, thread)}
+        self._app.send_task("memoryd.working.promote", kwargs=kwargs, queue=MEMORY_QUEUE,
+                            argsrepr="()", kwargsrepr=summarize(kwargs))
+
     # --- asyncio ------------------------------------------------------------------
     async def astore(self, agent_id: str, content: str, **fields: Any) -> StoreResult:
         result = await asyncio.to_thread(self.store, agent_id, content, **fields)
@@ -454,6 +537,24 @@ class MemoryClient:
 
     async def acontext(self, agent_id: str, query: str, **options: Any) -> str:
         return await asyncio.to_thread(self.context, agent_id, query, **options)
+
+    async def aworking(self, agent_id: str, thread: str) -> WorkingMemory:
+        return await asyncio.to_thread(self.working, agent_id, thread)
+
+    async def aupdate_working(self, agent_id: str, thread: str,
+                              update: WorkingUpdate | Mapping[str, Any] | None = None,
+                              **fields: Any) -> WorkingMemory:
+        return await asyncio.to_thread(self.update_working, agent_id, thread, update, **fields)
+
+    async def aclear_working(self, agent_id: str, thread: str) -> WorkingMemory:
+        return await asyncio.to_thread(self.clear_working, agent_id, thread)
+
+    async def aend_thread(self, agent_id: str, thread: str, *,
+                          timeout: float | None = None) -> Promotion:
+        return await asyncio.to_thread(self.end_thread, agent_id, thread, timeout=timeout)
+
+    async def athreads(self, agent_id: str, **options: Any) -> builtins.list[ThreadInfo]:
+        return await asyncio.to_thread(self.threads, agent_id, **options)
 
 
 def _filters(since: object, until: object, metadata: object) -> dict[str, Any]:
@@ -525,6 +626,10 @@ def _store_result(value: Any) -> StoreResult:
 
 def _store_results(values: Any) -> builtins.list[StoreResult]:
     return [StoreResult.model_validate(value) for value in values]
+
+
+def _promotion(value: Any) -> Promotion | None:
+    return None if value is None else Promotion.model_validate(value)
 
 
 def _job_run(value: Any) -> dict[str, Any]:

@@ -196,6 +196,39 @@ class Settings(BaseSettings):
         120.0, gt=0, description="seconds a maintenance task runs before it hands over to a "
                                  "follow-up task")
 
+    # --- working memory ----------------------------------------------------------
+    working_redis_url: str | None = Field(
+        None, description="Redis holding each thread's working memory; unset = the broker "
+                          "when it is Redis (the embedded stack's), else the result backend "
+                          "when it is Redis, else an error (a RabbitMQ deployment names one)")
+    working_ttl_seconds: int = Field(
+        3600, ge=1, le=30 * 86400,
+        description="a thread nobody reads or updates this long is promoted into long-term "
+                    "memory and removed (sliding; an update's `ttl_seconds` overrides it "
+                    "per thread)")
+    working_max_messages: int = Field(
+        50, ge=2, le=10_000, description="a thread holding more messages keeps its first "
+                                         "`working_keep_first` and last "
+                                         "`working_keep_last`; the rest go to long-term "
+                                         "memory at once")
+    working_keep_first: int = Field(5, ge=0, le=10_000, description="see "
+                                                                   "`working_max_messages`")
+    working_keep_last: int = Field(40, ge=1, le=10_000, description="see "
+                                                                   "`working_max_messages`")
+    working_max_variables: int = Field(
+        100, ge=1, le=100_000, description="a thread holding more variables loses the least "
+                                           "recently set")
+    working_max_value_bytes: int = Field(
+        64 * 1024, ge=1024, le=16 * 1024 * 1024,
+        description="largest variable value, tool state or message metadata, in bytes of JSON")
+    working_promote_lease_s: int = Field(
+        60, ge=5, le=3600, description="a promoter that has not finished a thread this long "
+                                       "after claiming it is presumed dead: the next sweep "
+                                       "hands the thread to another")
+    working_sweep_interval_s: float = Field(
+        10.0, gt=0, le=300, description="how often each worker looks for threads past their "
+                                        "deadline")
+
     # --- gateway (HTTP API and MCP over HTTP) -------------------------------------
     gateway_host: str = Field("127.0.0.1", description="address `memoryd gateway` listens "
                                                          "on (`0.0.0.0` in a container)")
@@ -287,6 +320,9 @@ class Settings(BaseSettings):
         if is_rabbitmq(self.broker_url or "") and not self.result_backend:
             raise ValueError("with a RabbitMQ broker (MEMORYD_BROKER_URL=amqp://...) set "
                              "MEMORYD_RESULT_BACKEND to a Redis URL for task results")
+        if self.working_keep_first + self.working_keep_last >= self.working_max_messages:
+            raise ValueError("working_keep_first + working_keep_last must be below "
+                             "working_max_messages")
         return self
 
     def weights(self) -> dict[str, float]:
@@ -318,6 +354,20 @@ class Settings(BaseSettings):
                 f"runs on MEMORYD_DATA_DIR={self.data_dir}; start one there, or set "
                 f"MEMORYD_DATA_DIR or MEMORYD_BROKER_URL")
         return str(url)
+
+    def resolved_working_redis_url(self, broker_url: str | None = None,
+                                   result_backend: str | None = None) -> str:
+        """Working memory's Redis: configured, else the broker's or the result backend's
+        (these settings', or those a client was given) when either is Redis; never a
+        guess."""
+        if self.working_redis_url:
+            return self.working_redis_url
+        broker = broker_url or self.resolved_broker_url()
+        for url in (broker, result_backend or self.result_backend or broker):
+            if url.startswith(("redis://", "rediss://", "unix://")):
+                return url
+        raise ConfigError("working memory needs Redis: set MEMORYD_WORKING_REDIS_URL "
+                          "(the broker and the result backend are not Redis)")
 
     def running_stack(self) -> dict[str, Any]:
         """What ``runtime.json`` says of the `memoryd up` running on the data directory;

@@ -90,6 +90,11 @@ class UnsupportedMediaType(ValidationError):
     """A request body that does not say it is JSON (its ``content-type``)."""
 
 
+class Conflict(MemorydError):
+    """The update expected another version of what it changes (compare-and-set): read
+    it again and retry, or give up."""
+
+
 class Unauthorized(MemorydError):
     """No API key, or one that is unknown, revoked or expired."""
 

@@ -11,6 +11,8 @@ decides a module's layer, and a module no entry names fails the test.
   argument rules, the job names and cron syntax. They need nothing of memoryd's services,
   so the thin client and every server part can stand on them.
 - broker: the task queues and Celery's settings, which client and workers share.
+- working: each thread's working memory in Redis, which the client and the gateway
+  reach without a worker.
 - client: the thin client sends tasks on the broker and must never load the database,
   memory or worker code.
 - embedded: the PostgreSQL and Redis servers memoryd starts from its settings; below
@@ -37,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "memoryd.schedules.names", "memoryd.schedules.cron", "memoryd.validation",
               "memoryd.config")),
     ("broker", ("memoryd.broker", "memoryd.celery_config")),
+    ("working", ("memoryd.working",)),
     ("client", ("memoryd.client",)),
     ("embedded", ("memoryd.embedded",)),
     ("db", ("memoryd.db",)),
@@ -56,4 +59,4 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # not installed: what they load at run time, directly or through other modules, lies in
 # these layers.
 THIN = ("memoryd.client", "memoryd.integrations")
-THIN_LAYERS = ("base", "broker", "client", "integrations")
+THIN_LAYERS = ("base", "broker", "working", "client", "integrations")

@@ -215,6 +215,19 @@ class VersionRow(Base):
     __table_args__ = (Index("ix_versions_memory", "agent_id", "memory_id", "id"),)
 
 
+class WorkingPromotionRow(Base):
+    """A working-memory message promoted into long-term memory (migration 0017): the
+    ledger that makes promotion happen once however often it is attempted."""
+
+    __tablename__ = "working_promotions"
+
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    generation: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    promoted_at: Mapped[datetime] = _now()
+
+
 class MaintenanceRunRow(Base):
     __tablename__ = "maintenance_runs"
 

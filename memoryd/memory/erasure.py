@@ -100,6 +100,7 @@ STEPS: tuple[Step, ...] = (
     Step("memory_links", "t.agent_id = :a"),
     Step("memory_versions", "t.agent_id = :a"),
     Step("memory_supersessions", "t.agent_id = :a"),
+    Step("working_promotions", "t.agent_id = :a"),
     Step("sessions", "t.agent_id = :a"),
     Step("kg_relations", "t.agent_id = :a"),
     Step("kg_entities", "t.agent_id = :a"),

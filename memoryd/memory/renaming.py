@@ -52,7 +52,8 @@ class Move:
 
 # The tables whose rows are an agent's data: a new id holding any is refused.
 DATA_TABLES = ("memories", "evicted_memories", "sessions", "kg_entities", "kg_relations",
-               "memory_links", "memory_versions", "memory_supersessions")
+               "memory_links", "memory_versions", "memory_supersessions",
+               "working_promotions")
 MOVES: tuple[Move, ...] = (
     *(Move(table, "agent_id = :old") for table in DATA_TABLES
       if table not in ("evicted_memories", "memory_versions")),

@@ -20,6 +20,7 @@ from memoryd.memory.maintenance import restore as restore_evicted
 from memoryd.redaction import agent_digest
 from memoryd.tasks.base import MemorydTask, dump, get_store
 from memoryd.tasks.maintenance import MAX_FOLLOW_UPS
+from memoryd.tasks.working import get_working
 from memoryd.worker import app
 
 
@@ -105,11 +106,13 @@ def forget_agent(self: Task, agent_id: str, follow_up: int = 0) -> Any:
 
 
 def _forget_copies(task: Task, agent_id: str) -> None:
-    """The agent's results no caller fetched are deleted, then the Redis servers'
+    """The agent's results no caller fetched and its threads' working memory are
+    deleted, then the Redis servers'
     append-only files rewritten once this task's message (which names the agent) is
     acknowledged."""
     if isinstance(task.backend, ResultBackend):
         task.backend.forget_agent(agent_id)
+    get_working().erase(agent_id)
     compact_broker.apply_async(kwargs={"after": task.request.id}, countdown=1)
 
 

@@ -13,6 +13,8 @@ from celery import Task
 from celery.exceptions import Retry, TaskPredicate
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from pydantic import BaseModel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError
 
 from memoryd.celery_config import MAINTENANCE_TASK_PREFIX
@@ -31,7 +33,8 @@ log = structlog.get_logger(__name__)
 # A database error is judged by its SQLSTATE (``memoryd.db.faults``): one that no retry
 # can fix (an index row too large, a value out of range) fails at once, by name.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    DBAPIError, BrokerOperationalError, ConnectionError,
+    DBAPIError, BrokerOperationalError, ConnectionError, RedisConnectionError,
+    RedisTimeoutError,
 )
 
 _STORE: Slot[MemoryStore] = Slot("store")

@@ -13,7 +13,8 @@ from memoryd.celery_config import celery_config
 from memoryd.config import Settings, get_settings
 from memoryd.errors import NoBrokerConfigured
 
-TASK_MODULES = ("memoryd.tasks.memory", "memoryd.tasks.maintenance", "memoryd.tasks.admin")
+TASK_MODULES = ("memoryd.tasks.memory", "memoryd.tasks.maintenance", "memoryd.tasks.admin",
+                "memoryd.tasks.working")
 # What an app built without a broker is configured with: Redis's queues (memoryd's
 # default broker), and nowhere to connect (``WorkerApp`` refuses first).
 _NO_BROKER_URL, _NO_RESULT_BACKEND = "redis://", "disabled://"

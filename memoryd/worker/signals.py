@@ -13,7 +13,9 @@ from celery.app import trace as celery_trace
 from memoryd import logging as mlog
 from memoryd import process
 from memoryd.config import get_settings, reset_settings
+from memoryd.process import Slot
 from memoryd.redaction import summarize
+from memoryd.worker.sweeper import Sweeper
 
 log = structlog.get_logger(__name__)
 
@@ -114,3 +116,21 @@ def _bind_task(task_id: str | None = None, task: Any = None, args: Any = None,
 @signals.task_postrun.connect
 def _unbind_task(**_: Any) -> None:
     mlog.clear()
+
+
+# The worker's sweep for expired threads (``memoryd.worker.sweeper``), in its main process.
+# A forked pool process inherits no running thread: nothing to stop there.
+_SWEEPER: Slot[Sweeper] = Slot(
+    "sweeper", lambda sweeper, after_fork: None if after_fork else sweeper.stop())
+
+
+@signals.worker_ready.connect
+def _start_sweeper(sender: Any = None, **_: Any) -> None:
+    from memoryd.worker import app
+
+    _SWEEPER.get(lambda: Sweeper(app, get_settings())).start()
+
+
+@signals.worker_shutdown.connect
+def _stop_sweeper(**_: Any) -> None:
+    _SWEEPER.clear()

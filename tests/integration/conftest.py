@@ -28,7 +28,7 @@ TEST_HOME = Path(os.environ["MEMORYD_DATA_DIR"]).parent
 TABLES = ("memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_terms", "agent_term_stats",
           "api_keys", "dead_letters", "restored_evictions", "memory_versions",
-          "memory_supersessions")
+          "memory_supersessions", "working_promotions")
 
 
 @pytest.fixture(scope="session")
