@@ -64,10 +64,14 @@ from memoryd.types import (
 from memoryd.working.model import (
     Promotion,
     ThreadInfo,
+    TurnContext,
     WorkingMemory,
     WorkingUpdate,
+    budget_of,
     thread_id,
+    unit_of,
 )
+from memoryd.working.model import thread_id as thread_ref
 from memoryd.working.store import WorkingStore, thread_tag
 
 T = TypeVar("T")
@@ -255,11 +259,36 @@ class MemoryClient:
                   **_validity(include_superseded, as_of)}
         return self._call("memoryd.recall", kwargs, _list_of(Recalled), timeout)
 
+    @overload
+    def context(self, agent_id: str, query: str, *, limit: int = ...,
+                as_of: datetime | str | None = ..., thread_id: str | None = ...,
+                budget: int | None = ..., budget_unit: str = ...,
+                structured: Literal[False] = ..., timeout: float | None = ...) -> str: ...
+
+    @overload
+    def context(self, agent_id: str, query: str, *, limit: int = ...,
+                as_of: datetime | str | None = ..., thread_id: str | None = ...,
+                budget: int | None = ..., budget_unit: str = ...,
+                structured: Literal[True], timeout: float | None = ...) -> TurnContext: ...
+
     def context(self, agent_id: str, query: str, *, limit: int = 10,
-                as_of: datetime | str | None = None, timeout: float | None = None) -> str:
-        """A prompt-ready block of the relevant memories (as they were at ``as_of``)."""
+                as_of: datetime | str | None = None, thread_id: str | None = None,
+                budget: int | None = None, budget_unit: str = "chars",
+                structured: bool = False, timeout: float | None = None) -> str | TurnContext:
+        """The turn's context as a prompt-ready block: the thread's working memory (with
+        ``thread_id``) and the long-term memories similar to ``query``, naming its
+        entities and recent in the thread, within ``budget`` (``budget_unit`` chars or
+        tokens); ``structured``: the ``TurnContext`` saying what the block holds."""
         kwargs = {"agent_id": check.agent_id(agent_id), "query": check.query(query),
                   "limit": check.limit(limit), **_validity(False, as_of)}
+        # Only what is given: a worker of an older release knows none of these.
+        extra = {"thread_id": None if thread_id is None else thread_ref(thread_id),
+                 "budget": budget_of(budget),
+                 "budget_unit": None if budget_unit == "chars" else unit_of(budget_unit),
+                 "structured": check.boolean("structured", structured) or None}
+        kwargs.update({name: value for name, value in extra.items() if value is not None})
+        if structured:
+            return self._call("memoryd.context", kwargs, TurnContext.model_validate, timeout)
         return self._call("memoryd.context", kwargs, str, timeout)
 
     def forget(self, agent_id: str, memory_id: UUID | str, *,
@@ -535,8 +564,10 @@ class MemoryClient:
     async def arecall(self, agent_id: str, query: str, **options: Any) -> builtins.list[Recalled]:
         return await asyncio.to_thread(self.recall, agent_id, query, **options)
 
-    async def acontext(self, agent_id: str, query: str, **options: Any) -> str:
-        return await asyncio.to_thread(self.context, agent_id, query, **options)
+    async def acontext(self, agent_id: str, query: str, **options: Any) -> Any:
+        """``context``'s twin: the block, or with ``structured=True`` the ``TurnContext``."""
+        call: Callable[..., Any] = self.context
+        return await asyncio.to_thread(call, agent_id, query, **options)
 
     async def aworking(self, agent_id: str, thread: str) -> WorkingMemory:
         return await asyncio.to_thread(self.working, agent_id, thread)

@@ -219,6 +219,11 @@ class ContextRequest(_Model):
     query: str
     limit: int = 10
     as_of: Annotated[str | None, Field(json_schema_extra={"format": "date-time"})] = None
+    # The thread whose working memory and recent messages join the context.
+    thread_id: str | None = None
+    # The block's size limit, in ``budget_unit`` (tokens estimated as 4 characters).
+    budget: int | None = Field(None, ge=1, le=10_000_000)
+    budget_unit: Literal["chars", "tokens"] = "chars"
 
 
 class JobRunRequest(_Model):

@@ -24,7 +24,6 @@ from memoryd.gateway.schema import request_body
 from memoryd.types import (
     Added,
     ContextRequest,
-    ContextResult,
     Deleted,
     Entity,
     History,
@@ -38,6 +37,7 @@ from memoryd.types import (
     StoreItem,
     StoreResult,
 )
+from memoryd.working.model import TurnContext
 
 # `:path`: agent ids may hold slashes ("team-a/scout", for prefix-scoped keys).
 router = APIRouter(prefix="/v1/agents/{agent:path}", tags=["memories"])
@@ -196,11 +196,12 @@ def recall(agent: str, key: Key, client: Client, payload: JsonBody) -> list[Reca
 
 
 @router.post("/context", openapi_extra=request_body(ContextRequest),
-             summary="Recalled memories as one block of text for a prompt")
-def context(agent: str, key: Key, client: Client, payload: JsonBody) -> ContextResult:
+             summary="The turn's context: a prompt block (`context`) of the thread's "
+                     "working memory and the relevant long-term memories, and what it holds")
+def context(agent: str, key: Key, client: Client, payload: JsonBody) -> TurnContext:
     agent_id = access.authorize(key, agent, "read")
     asked = check.request(ContextRequest, payload)
-    return ContextResult(context=client.context(agent_id, **asked.model_dump()))
+    return client.context(agent_id, **asked.model_dump(), structured=True)
 
 
 @router.post("/kg/entities", status_code=201, openapi_extra=request_body(Entity),

@@ -30,6 +30,7 @@ from memoryd.memory import (
     recall,
     sessions,
     supersession,
+    turn,
     versions,
     writes,
 )
@@ -57,6 +58,8 @@ from memoryd.types import (
     StoreResult,
     Supersession,
 )
+from memoryd.working import model as working_model
+from memoryd.working.model import TurnContext, WorkingMemory
 
 log = structlog.get_logger(__name__)
 
@@ -397,21 +400,35 @@ class MemoryStore:
                 for r in rows]
 
     def context(self, agent_id: str, query: str, *, limit: int = 10,
-                as_of: datetime | str | None = None) -> str:
+                as_of: datetime | str | None = None, thread_id: str | None = None,
+                budget: int | None = None, budget_unit: str = "chars") -> str:
         """A prompt-ready block of the relevant memories, grouped by category (as of a
-        point in time, if given)."""
-        hits = self.recall(agent_id, query, limit=limit, as_of=as_of)
-        if not hits:
-            return ""
-        groups: dict[str, list[Recalled]] = {}
-        for hit in hits:
-            groups.setdefault(hit.memory.category, []).append(hit)
-        lines = ["## Relevant memories"]
-        for category, members in groups.items():
-            lines.append(f"### {category.capitalize()}")
-            lines += [f"- {' '.join(h.memory.content.split())} "
-                      f"({h.memory.created_at.date().isoformat()})" for h in members]
-        return "\n".join(lines)
+        point in time, if given): ``turn_context``'s block."""
+        return self.turn_context(agent_id, query, limit=limit, as_of=as_of,
+                                 thread_id=thread_id, budget=budget,
+                                 budget_unit=budget_unit).context
+
+    def turn_context(self, agent_id: str, query: str, *, limit: int = 10,
+                     as_of: datetime | str | None = None, thread_id: str | None = None,
+                     budget: int | None = None, budget_unit: str = "chars",
+                     working: WorkingMemory | None = None) -> TurnContext:
+        """The turn's context (``memory.turn``): ``working``, the thread's working
+        memory, and the long-term memories similar to ``query``, naming its entities and
+        recent in session ``thread_id``, fused within ``budget``."""
+        agent, text_query, count = check.agent_id(agent_id), check.query(query), \
+            check.limit(limit)
+        moment = check.as_of(as_of)
+        thread = None if thread_id is None else working_model.thread_id(thread_id)
+        size, unit = working_model.budget_of(budget), working_model.unit_of(budget_unit)
+        similar = [hit.memory for hit in self.recall(agent, text_query, limit=count,
+                                                     as_of=moment)]
+        names = turn.entity_names(text_query, working.entities if working else ())
+        with self.read_session(agent) as session:
+            named = turn.named(session, agent, names, count, moment)
+            recent = (sessions.messages(session, agent, thread, max(1, count // 2))
+                      if thread is not None else [])
+        return turn.assemble(similar, named, recent, working, limit=count, budget=size,
+                             unit=unit)
 
     # --- validity: supersession, history, review ------------------------------------
     def supersede(self, agent_id: str, memory_id: uuid.UUID | str,

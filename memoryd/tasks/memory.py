@@ -12,10 +12,12 @@ from memoryd import validation as check
 from memoryd.config import get_settings
 from memoryd.errors import ValidationError
 from memoryd.tasks.base import MemorydTask, dump, get_store
+from memoryd.tasks.working import get_working
 from memoryd.types import RecallRequest, StoreItem
 from memoryd.worker import app
 from memoryd.worker.batching import DONE, FAILED, FALLBACK, BatchItem, batching_strategy
 from memoryd.worker.strategies import guarded
+from memoryd.working.model import thread_id as thread_ref
 
 log = structlog.get_logger(__name__)
 
@@ -147,8 +149,18 @@ RECALL_OPTIONS = frozenset(RecallRequest.model_fields) - {"query"}
 
 
 @app.task(name="memoryd.context", base=MemorydTask)
-def context(agent_id: str, query: str, limit: int = 10, as_of: str | None = None) -> str:
-    return get_store().context(agent_id, query, limit=limit, as_of=as_of)
+def context(agent_id: str, query: str, limit: int = 10, as_of: str | None = None,
+            thread_id: str | None = None, budget: int | None = None,
+            budget_unit: str = "chars", structured: bool = False) -> Any:
+    """The turn's context: the block (``structured``: the whole ``TurnContext``), with
+    the thread's working memory read from Redis (which slides its deadline)."""
+    working = None
+    if thread_id is not None:
+        working = get_working().get(check.agent_id(agent_id), thread_ref(thread_id))
+    found = get_store().turn_context(agent_id, query, limit=limit, as_of=as_of,
+                                     thread_id=thread_id, budget=budget,
+                                     budget_unit=budget_unit, working=working)
+    return dump(found) if check.boolean("structured", structured) else found.context
 
 
 @app.task(name="memoryd.forget", base=MemorydTask)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memoryd import validation as check
 from memoryd.errors import ValidationError
-from memoryd.types import ROLES
+from memoryd.types import ROLES, Memory
 
 MAX_UPDATE_MESSAGES = 1000  # messages appended by one update
 MAX_NAMES = 256  # flags, entities, tool entries, variables or counters in one update
@@ -25,6 +25,8 @@ COUNTER_BOUND = 2**53 - 1  # a counter stays exact in Lua's doubles and in JSON
 MAX_INCREMENT = COUNTER_BOUND  # one increment, either way
 MIN_TTL_S, MAX_TTL_S = 1, 30 * 86400
 MAX_THREADS_LISTED = 1000
+BUDGET_UNITS = ("chars", "tokens")
+MAX_BUDGET = 10_000_000
 
 
 class _Model(BaseModel):
@@ -116,6 +118,28 @@ class Promotion(_Model):
     ended: bool
 
 
+class ContextItem(_Model):
+    """A long-term memory in the turn's context: its fused score and the strategies that
+    chose it (``similar``, ``entities``, ``recent``)."""
+
+    memory: Memory
+    score: float
+    strategies: list[str]
+
+
+class TurnContext(_Model):
+    """The turn's context: ``context`` is the prompt block; the rest says what it holds
+    (``used`` in the budget's unit, characters or estimated tokens)."""
+
+    context: str
+    working: WorkingMemory | None = None
+    memories: list[ContextItem] = []
+    messages_included: int = 0
+    budget: int | None = None
+    unit: str = "chars"
+    used: int = 0
+
+
 class Limits(_Model):
     """The sizes an update is checked against (from the settings)."""
 
@@ -126,6 +150,21 @@ class Limits(_Model):
 def thread_id(value: object) -> str:
     """A thread id: it becomes the long-term session's id, so the same rules."""
     return check.required_text("thread_id", value, max_len=check.MAX_KEY)
+
+
+def budget_of(value: object) -> int | None:
+    """The turn context's size limit, when given."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BUDGET:
+        raise ValidationError("budget", f"must be an integer from 1 to {MAX_BUDGET}")
+    return value
+
+
+def unit_of(value: object) -> str:
+    if value not in BUDGET_UNITS:
+        raise ValidationError("budget_unit", f"must be one of {', '.join(BUDGET_UNITS)}")
+    return str(value)
 
 
 def update_request(raw: WorkingUpdate | Mapping[str, Any], limits: Limits) -> WorkingUpdate:
