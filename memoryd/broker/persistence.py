@@ -1,4 +1,5 @@
-"""What an erasure asks of the Redis servers memoryd uses (broker and result backend):
+"""What an erasure asks of the Redis servers memoryd uses (broker, result backend and
+working memory's):
 that their append-only files keep no command that carried the erased agent's messages
 or results.
 
@@ -30,18 +31,23 @@ STARTED, OFF, BUSY, REFUSED = "started", "off", "busy", "refused"
 
 
 @contextmanager
-def redis_clients(connection: Any, backend: Any) -> Iterator[dict[str, Any]]:
-    """The Redis clients of one kombu ``connection`` (when its transport is Redis's)
-    and of a Redis result ``backend``, by role ("broker", "results"), one per server: a
-    server both roles share appears once, as the broker."""
+def redis_clients(connection: Any, backend: Any,
+                  working: Any = None) -> Iterator[dict[str, Any]]:
+    """The Redis clients of one kombu ``connection`` (when its transport is Redis's),
+    of a Redis result ``backend`` and of working memory's Redis (``working``), by role
+    ("broker", "results", "working"), one per server: a server two roles share appears
+    once, under the first."""
     clients: dict[str, Any] = {}
     channel = connection.default_channel
     with _broker_client(channel) as broker:
         if broker is not None:
             clients["broker"] = broker
-        if isinstance(backend, RedisBackend) and _address(backend.client) not in {
-                _address(c) for c in clients.values()}:
-            clients["results"] = backend.client
+        others = {"results": backend.client if isinstance(backend, RedisBackend) else None,
+                  "working": working}
+        for role, client in others.items():
+            if client is not None and _address(client) not in {
+                    _address(c) for c in clients.values()}:
+                clients[role] = client
         yield clients
 
 

@@ -125,7 +125,8 @@ def compact_broker(self: Task, after: str | None = None) -> dict[str, str]:
     with app.connection_for_write() as connection:
         if after and persistence.held(connection, after):
             raise self.retry(countdown=1)
-        with persistence.redis_clients(connection, self.backend) as clients:
+        with persistence.redis_clients(connection, self.backend,
+                                       get_working().redis) as clients:
             answers = {role: persistence.rewrite(client) for role, client in clients.items()}
     if persistence.BUSY in answers.values():
         raise self.retry(countdown=1)

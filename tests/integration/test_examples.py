@@ -40,6 +40,18 @@ def _with_venv_path(env: dict[str, str], **extra: str) -> dict[str, str]:
     return {**env, "PATH": path, **extra}
 
 
+def test_the_working_memory_example_keeps_a_thread_and_promotes_it(
+        worker: object, service_env: dict[str, str], agent_id: str) -> None:
+    lines = _run([sys.executable, str(EXAMPLES / "working_memory.py"), agent_id], service_env)
+    assert lines[0] == "working: 1 dinner {'turns': 1} 1"
+    assert lines[1].startswith("context: ") and "'similar'" in lines[1]
+    assert "## Working memory" in lines and "Topic: dinner" in lines
+    assert "user: Book dinner for Ana on Friday." in lines
+    assert any("Ana is vegetarian" in line for line in lines)
+    assert "promoted: 1" in lines
+    assert lines[-1] == "session: ['Book dinner for Ana on Friday.']"
+
+
 def test_the_client_example_stores_recalls_and_lists(
         worker: object, service_env: dict[str, str], store: MemoryStore,
         agent_id: str) -> None:
