@@ -126,6 +126,9 @@ if n > lim.max_messages then
   if lim.keep_first > 0 then head = redis.call('LRANGE', msgs, 0, lim.keep_first - 1) end
   local middle = redis.call('LRANGE', msgs, lim.keep_first, n - lim.keep_last - 1)
   local tail = redis.call('LRANGE', msgs, n - lim.keep_last, -1)
+  -- The opening messages stay, and go to long-term memory now too (as copies, which the
+  -- ledger keeps from being written twice), so that the session lists them first.
+  if redis.call('HSETNX', meta, 'head_sent', 1) == 1 then push_all(k(tag, 'spill'), head) end
   push_all(k(tag, 'spill'), middle)
   redis.call('DEL', msgs)
   push_all(msgs, head)
@@ -211,8 +214,9 @@ return {redis.call('HGETALL', k(tag, 'meta')), redis.call('LRANGE', k(tag, 'spil
         redis.call('LRANGE', k(tag, 'msgs'), 0, -1)}
 """
 
-# ARGV: tag, spill entries promoted, 1 if retired. A retired thread is deleted; a live
-# one loses the promoted head of its spill list (later spills stay queued).
+# ARGV: tag, spill entries promoted, 1 if retired, the generation promoted. A retired
+# thread is deleted; a live one loses the promoted head of its spill list (later spills
+# stay queued), unless it is another generation by now (retired and started again).
 ACK = COMMON + """
 local tag, n, retired = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 if retired then
@@ -220,6 +224,7 @@ if retired then
   redis.call('ZREM', P .. 'work', tag)
   return 1
 end
+if redis.call('HGET', k(tag, 'meta'), 'generation') ~= ARGV[4] then return 0 end
 local spill = k(tag, 'spill')
 if n > 0 then redis.call('LTRIM', spill, n, -1) end
 if redis.call('LLEN', spill) == 0 then redis.call('ZREM', P .. 'work', tag) end

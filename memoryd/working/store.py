@@ -151,7 +151,8 @@ class WorkingStore:
         return PromotionBatch(tag, _pairs(meta), spill, live)
 
     def ack(self, batch: PromotionBatch) -> None:
-        self._lua["ACK"](args=[batch.tag, batch.spilled, int(batch.retired)])
+        self._lua["ACK"](args=[batch.tag, batch.spilled, int(batch.retired),
+                               batch.generation])
 
     def erase(self, agent_id: str) -> int:
         """Delete every thread of the agent, live or awaiting promotion: the keys removed."""

@@ -77,11 +77,11 @@ def test_trimmed_messages_reach_long_term_memory_at_once_and_the_rest_on_end(
     said = [f"Turn {n} of a long conversation about gardening." for n in range(1, 56)]
     state = client.update_working(agent_id, THREAD, messages=_say(*said))
     assert len(state.messages) == 45
-    trimmed = _messages(client, agent_id, 10)
-    assert [m.content for m in trimmed] == said[5:15]
+    trimmed = _messages(client, agent_id, 15)  # the first 5 go too, and stay
+    assert [m.content for m in trimmed] == said[:15]
+    assert [m.content for m in client.working(agent_id, THREAD).messages[:5]] == said[:5]
     client.end_thread(agent_id, THREAD)
-    assert [m.content for m in client.session_messages(agent_id, THREAD)] == (
-        said[5:15] + said[:5] + said[15:])
+    assert [m.content for m in client.session_messages(agent_id, THREAD)] == said
 
 
 def test_a_thread_past_its_ttl_is_promoted_by_a_workers_sweep(
@@ -152,7 +152,7 @@ def test_working_memory_and_its_pending_promotions_survive_a_redis_restart() -> 
         assert after.version == before.version
         tags = working.sweep() + [str(t) for t in working.redis.zrange(f"{PREFIX}work", 0, -1)]
         spilled = working.read(next(t for t in tags if t.endswith("}")))
-        assert [m.content for m in spilled.messages] == said[5:20]
+        assert [m.content for m in spilled.messages] == said[:20]
         working.close()
     finally:
         server.stop()
@@ -168,3 +168,16 @@ def test_erasing_an_agent_deletes_its_working_memory(client: MemoryClient, agent
     assert client.working(agent_id, THREAD).version == 0
     for thread in (THREAD, "second"):
         assert client.working_store.redis.keys(f"{PREFIX}{thread_tag(agent_id, thread)}*") == []
+
+
+def test_a_late_acknowledgement_never_trims_the_next_generations_spill(
+        client: MemoryClient, agent_id: str) -> None:
+    working = client.working_store  # straight to Redis: no promotion is sent meanwhile
+    said = [f"Old line {n}." for n in range(60)]
+    working.update(agent_id, THREAD, {"messages": _say(*said)})
+    stale = working.read(thread_tag(agent_id, THREAD))  # a promoter reads, then stalls
+    assert working.retire(agent_id, THREAD) is not None
+    working.update(agent_id, THREAD, {"messages": _say(*(f"New line {n}." for n in range(60)))})
+    working.ack(stale)
+    fresh = working.read(thread_tag(agent_id, THREAD))
+    assert [m.content for m in fresh.messages] == [f"New line {n}." for n in range(20)]
