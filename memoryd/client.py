@@ -66,6 +66,7 @@ from memoryd.working.model import (
     ThreadInfo,
     TurnContext,
     WorkingMemory,
+    WorkingMessage,
     WorkingUpdate,
     budget_of,
     thread_id,
@@ -525,6 +526,13 @@ class MemoryClient:
                 self._promote(agent, name)
         return state
 
+    def pop_message(self, agent_id: str, thread: str) -> WorkingMessage | None:
+        """Remove and return the thread's newest message, atomically (two callers never
+        get the same one); None when it holds none."""
+        agent, name = check.agent_id(agent_id), thread_id(thread)
+        with unreachable_as_unavailable():
+            return self.working_store.pop(agent, name)
+
     def end_thread(self, agent_id: str, thread: str, *,
                    timeout: float | None = None) -> Promotion:
         """End the thread: its messages become those of session ``thread`` in long-term
@@ -579,6 +587,9 @@ class MemoryClient:
 
     async def aclear_working(self, agent_id: str, thread: str) -> WorkingMemory:
         return await asyncio.to_thread(self.clear_working, agent_id, thread)
+
+    async def apop_message(self, agent_id: str, thread: str) -> WorkingMessage | None:
+        return await asyncio.to_thread(self.pop_message, agent_id, thread)
 
     async def aend_thread(self, agent_id: str, thread: str, *,
                           timeout: float | None = None) -> Promotion:

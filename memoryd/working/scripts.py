@@ -186,6 +186,19 @@ touch(tag, now)
 return {#moved, state(tag)}
 """
 
+# ARGV: tag. The thread's newest message removed and returned (nil: it holds none);
+# a message that already went to long-term memory stays there.
+POP = COMMON + """
+local tag = ARGV[1]
+local meta = k(tag, 'meta')
+if redis.call('EXISTS', meta) == 0 then return false end
+local popped = redis.call('RPOP', k(tag, 'msgs'))
+if not popped then return false end
+redis.call('HINCRBY', meta, 'version', 1)
+touch(tag, now_ms())
+return popped
+"""
+
 # ARGV: tag, lease (s). The retired thread's tag, or nil for no such thread.
 RETIRE = COMMON + """
 return retire(ARGV[1], now_ms(), tonumber(ARGV[2]))

@@ -86,7 +86,8 @@ class WorkingStore:
         self.limits = Limits(max_message_bytes=settings.max_content_bytes,
                              max_value_bytes=settings.working_max_value_bytes)
         self._lua = {name: client.register_script(getattr(scripts, name))
-                     for name in ("GET", "UPDATE", "CLEAR", "RETIRE", "SWEEP", "READ", "ACK")}
+                     for name in ("GET", "UPDATE", "CLEAR", "POP", "RETIRE", "SWEEP", "READ",
+                                  "ACK")}
 
     @classmethod
     def from_settings(cls, settings: Settings, *, broker_url: str | None = None,
@@ -125,6 +126,11 @@ class WorkingStore:
         if reply is None:
             return self._state(agent_id, thread, None), 0
         return self._state(agent_id, thread, reply[1]), int(reply[0])
+
+    def pop(self, agent_id: str, thread: str) -> WorkingMessage | None:
+        """Remove and return the thread's newest message (None: it holds none)."""
+        found = self._lua["POP"](args=[thread_tag(agent_id, thread)])
+        return _message(found) if found else None
 
     def retire(self, agent_id: str, thread: str) -> str | None:
         """End the thread now: its keys move aside, awaiting promotion (their tag);

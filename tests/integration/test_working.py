@@ -201,3 +201,24 @@ def test_clear_empties_the_thread_and_keeps_it_alive(client: MemoryClient,
     assert state.promoted == 2
     nxt = client.update_working(agent_id, THREAD, messages=_say("three"))
     assert [m.seq for m in nxt.messages] == [3]
+
+
+def test_concurrent_pops_each_take_a_different_message(client: MemoryClient,
+                                                       agent_id: str) -> None:
+    import threading
+
+    client.update_working(agent_id, THREAD, messages=_say(*(f"m{n}" for n in range(20))))
+    taken: list[str] = []
+
+    def pop() -> None:
+        while (message := client.pop_message(agent_id, THREAD)) is not None:
+            taken.append(message.content)
+
+    poppers = [threading.Thread(target=pop) for _ in range(4)]
+    for popper in poppers:
+        popper.start()
+    for popper in poppers:
+        popper.join(timeout=60)
+    assert sorted(taken) == sorted(f"m{n}" for n in range(20))
+    assert client.working(agent_id, THREAD).messages == []
+    assert client.pop_message(agent_id, THREAD) is None
