@@ -272,10 +272,6 @@ class EmbeddingProgress(_Model):
     done_percent: float
 
 
-class ContextResult(_Model):
-    context: str
-
-
 class Restored(_Model):
     id: UUID
     restored: bool

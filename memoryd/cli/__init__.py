@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         rename,
         reviews,
         services,
+        threads,
     )
 
     parser = Parser(prog="memoryd", description="Long-term memory for fleets of LLM agents.")
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ops.register(commands)
     evicted.register(commands)
     reviews.register(commands)
+    threads.register(commands)
     keys.register(commands)
     dlq.register(commands)
     portable.register(commands)

@@ -29,7 +29,7 @@ from memoryd.auth.keys import KeyVerifier
 from memoryd.client import MemoryClient
 from memoryd.config import Settings
 from memoryd.errors import MemorydError, ValidationError
-from memoryd.gateway import access, admin, mcp_tools, problems, routes, schema
+from memoryd.gateway import access, admin, mcp_tools, problems, routes, schema, threads
 from memoryd.gateway.accepted import AcceptedTasks
 from memoryd.gateway.body_limit import BodyLimitMiddleware, BodyTooLarge, RawTextMiddleware
 from memoryd.gateway.metrics import GatewayMetrics, MetricsMiddleware, route_label, served
@@ -70,6 +70,9 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
                               "the agents its scope covers.")
     app.state.settings, app.state.client, app.state.verifier = settings, client, verifier
     app.state.engine, app.state.accepted = engine, accepted
+    # Threads first: ``/memories/{memory_id}`` or ``/sessions`` of an agent id ending in
+    # "/threads" would otherwise take the threads named "memories" and "sessions".
+    app.include_router(threads.router)
     app.include_router(routes.router)
     app.include_router(admin.router)
     _add_operational_routes(app)
@@ -79,12 +82,14 @@ def create_app(settings: Settings, engine: Engine, client: MemoryClient | None =
     _add_error_handlers(app)
     metrics = GatewayMetrics()
     app.state.metrics = metrics
-    served = [*routes.router.routes, *admin.router.routes, *app.router.routes]
+    served = [*threads.router.routes, *routes.router.routes, *admin.router.routes,
+              *app.router.routes]
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.gateway_max_body_bytes)
     app.add_middleware(RawTextMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=served)
     app.add_middleware(AccessLog, routes=served)
-    schema.install(app, [*routes.REQUEST_MODELS, *admin.REQUEST_MODELS])
+    schema.install(app, [*routes.REQUEST_MODELS, *admin.REQUEST_MODELS,
+                         *threads.REQUEST_MODELS])
     return app
 
 

@@ -1,5 +1,6 @@
 """memoryd as MCP tools, with the official ``mcp`` SDK: remember, remember_status, recall,
-forget, context, list_memories, history, kg_add and kg_query.
+forget, context, list_memories, history, kg_add and kg_query; and a thread's working memory:
+working, update_working, clear_working, end_thread and threads.
 
 No tool takes an agent id. The agent is bound to the connection by a ``Binding``: over
 streamable HTTP, the API key's agent (or the ``X-Memoryd-Agent`` header's, if the key
@@ -21,6 +22,7 @@ it, so ``remember`` answers that the memory is accepted, with the task id that
 """
 # No `from __future__ import annotations`: the SDK reads these signatures at run time.
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Protocol, TypeVar
@@ -49,7 +51,6 @@ from memoryd.gateway.access import Verifier
 from memoryd.gateway.problems import UNREACHABLE
 from memoryd.types import (
     Added,
-    ContextResult,
     Entity,
     History,
     Memory,
@@ -58,6 +59,14 @@ from memoryd.types import (
     RecallMode,
     Relation,
     StoreResult,
+)
+from memoryd.working.model import (
+    MessageIn,
+    Promotion,
+    ThreadInfo,
+    ToolState,
+    TurnContext,
+    WorkingMemory,
 )
 
 T = TypeVar("T")
@@ -170,6 +179,32 @@ def _history_text(found: History) -> str:
               for v in found.versions]
     lines += [f"- {s.decided_at.isoformat()} {s.new_id} replaces {s.old_id} ({s.cause}, "
               f"{s.status})" for s in found.supersessions]
+    return "\n".join(lines)
+
+
+class Threads(BaseModel):
+    threads: list[ThreadInfo]
+
+
+THREAD = Field(description="The conversation thread's id (it becomes the session's id in "
+                           "long-term memory)")
+
+
+def _working_text(state: WorkingMemory) -> str:
+    """A thread's working memory as lines a model reads (the structured content has all)."""
+    if state.version == 0:
+        return f"Thread {state.thread_id} holds no working memory."
+    lines = [f"Thread {state.thread_id}, version {state.version}"
+             + (f", expires {state.expires_at.isoformat()}" if state.expires_at else "")]
+    named = (("Topic", state.topic), ("Entities", ", ".join(state.entities)),
+             ("Flags", ", ".join(state.flags)),
+             ("Counters", ", ".join(f"{k}={v}" for k, v in state.counters.items())),
+             ("Variables", json.dumps(state.variables, ensure_ascii=False)
+              if state.variables else ""))
+    lines += [f"{label}: {value}" for label, value in named if value]
+    if state.promoted:
+        lines.append(f"({state.promoted} earlier messages are in long-term memory)")
+    lines += [f"{m.seq}. {m.role}: {m.content}" for m in state.messages]
     return "\n".join(lines)
 
 
@@ -286,10 +321,18 @@ class MemoryTools:
         query: Annotated[str, Field(description="The task or question at hand")],
         limit: Annotated[int, Field(ge=1, le=100, description="Memories to include")] = 10,
         as_of: Annotated[str | None, AS_OF] = None,
-    ) -> Annotated[CallToolResult, ContextResult]:
-        text = await self._call(ctx, "read", lambda agent: self.client.context(
-            agent, query, limit=limit, as_of=as_of))
-        return _result(text or "Nothing relevant remembered.", ContextResult(context=text))
+        thread_id: Annotated[str | None, Field(description=(
+            "The conversation's thread: its working memory and recent messages join the "
+            "context"))] = None,
+        budget: Annotated[int | None, Field(ge=1, le=10_000_000, description=(
+            "The block's size limit, in budget_unit"))] = None,
+        budget_unit: Annotated[Literal["chars", "tokens"], Field(description=(
+            "chars, or tokens (estimated as 4 characters each)"))] = "chars",
+    ) -> Annotated[CallToolResult, TurnContext]:
+        found = await self._call(ctx, "read", lambda agent: self.client.context(
+            agent, query, limit=limit, as_of=as_of, thread_id=thread_id, budget=budget,
+            budget_unit=budget_unit, structured=True))
+        return _result(found.context or "Nothing relevant remembered.", found)
 
     async def list_memories(
         self, ctx: Context,
@@ -345,6 +388,90 @@ class MemoryTools:
         return _result("\n".join(lines) or f"Nothing known about {start_id}.",
                        Entities(entities=found))
 
+    # --- working memory: the live state of one thread -----------------------------------
+    async def working(
+        self, ctx: Context, thread_id: Annotated[str, THREAD],
+    ) -> Annotated[CallToolResult, WorkingMemory]:
+        state = await self._call(ctx, "read",
+                                 lambda agent: self.client.working(agent, thread_id))
+        return _result(_working_text(state), state)
+
+    async def update_working(
+        self, ctx: Context, thread_id: Annotated[str, THREAD],
+        messages: Annotated[list[MessageIn] | None, Field(description=(
+            "Messages to append: [{'role': 'user', 'content': '...'}]"))] = None,
+        variables: Annotated[dict[str, Any] | None, Field(description=(
+            "Variables to set, any JSON value each"))] = None,
+        delete_variables: Annotated[list[str] | None, Field(description=(
+            "Names of variables to delete"))] = None,
+        set_flags: Annotated[list[str] | None, Field(description="Flags to set")] = None,
+        clear_flags: Annotated[list[str] | None, Field(description="Flags to clear")] = None,
+        increment: Annotated[dict[str, int] | None, Field(description=(
+            "Counters to add to (negative to subtract): {'turns': 1}"))] = None,
+        topic: Annotated[str | None, Field(description=(
+            "The thread's topic now; an empty string clears it"))] = None,
+        entities: Annotated[list[str] | None, Field(description=(
+            "The entities in play now (replaces the thread's list)"))] = None,
+        tools: Annotated[ToolState | None, Field(description=(
+            "The tools in flight now: active, results, pending (replaces them)"))] = None,
+        importance: Annotated[float | None, Field(description=(
+            "0 to 1; how much this thread's messages matter in long-term memory"))] = None,
+        ttl_seconds: Annotated[int | None, Field(description=(
+            "Seconds of inactivity before the thread ends by itself"))] = None,
+        expected_version: Annotated[int | None, Field(description=(
+            "Apply only if the thread is at this version (from working); else a conflict, "
+            "and nothing changes"))] = None,
+    ) -> Annotated[CallToolResult, WorkingMemory]:
+        given = {"messages": messages, "variables": variables,
+                 "delete_variables": delete_variables, "set_flags": set_flags,
+                 "clear_flags": clear_flags, "increment": increment, "topic": topic,
+                 "entities": entities, "tools": tools, "importance": importance,
+                 "ttl_seconds": ttl_seconds, "expected_version": expected_version}
+        fields = {name: _plain(value) for name, value in given.items() if value is not None}
+        state = await self._call(ctx, "write", lambda agent: self.client.update_working(
+            agent, thread_id, fields))
+        return _result(f"Updated thread {thread_id}: version {state.version}.", state)
+
+    async def clear_working(
+        self, ctx: Context, thread_id: Annotated[str, THREAD],
+    ) -> Annotated[CallToolResult, WorkingMemory]:
+        state = await self._call(ctx, "write",
+                                 lambda agent: self.client.clear_working(agent, thread_id))
+        return _result(f"Cleared thread {thread_id}; its messages go to long-term memory.",
+                       state)
+
+    async def end_thread(
+        self, ctx: Context, thread_id: Annotated[str, THREAD],
+    ) -> Annotated[CallToolResult, Promotion]:
+        done = await self._call(ctx, "write",
+                                lambda agent: self.client.end_thread(agent, thread_id))
+        text = (f"Ended thread {thread_id}: {done.promoted} messages now in long-term memory "
+                f"as session {thread_id}." if done.ended
+                else f"Thread {thread_id} holds no working memory: nothing to end.")
+        return _result(text, done)
+
+    async def threads(
+        self, ctx: Context,
+        limit: Annotated[int, Field(ge=1, le=1000, description="At most this many")] = 100,
+        offset: Annotated[int, Field(ge=0, le=check.MAX_BIGINT,
+                                     description="Threads to skip")] = 0,
+    ) -> Annotated[CallToolResult, Threads]:
+        found = await self._call(ctx, "read", lambda agent: self.client.threads(
+            agent, limit=limit, offset=offset))
+        lines = [f"- {t.thread_id} (expires {t.expires_at.isoformat()})" for t in found]
+        return _result("\n".join(lines) or "No live threads.", Threads(threads=found))
+
+
+def _plain(value: Any) -> Any:
+    """An argument as JSON would carry it: the client parses it into ``WorkingUpdate``
+    again, checking every value, as for any other caller."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_none=True)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
 
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 # Writes are idempotent (a repeated remember finds its duplicate, a repeated forget
@@ -352,6 +479,8 @@ _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                        open_world_hint=False)
 _DELETE = _ADD.model_copy(update={"destructive_hint": True})
+# An update appends and adds: repeated, it does so twice.
+_UPDATE = _ADD.model_copy(update={"idempotent_hint": False})
 # (method, description, annotations): the descriptions are what a model reads.
 TOOLS: tuple[tuple[str, str, ToolAnnotations], ...] = (
     ("remember", "Store a memory for later: a fact, preference, decision or event worth "
@@ -374,6 +503,19 @@ TOOLS: tuple[tuple[str, str, ToolAnnotations], ...] = (
                "relations to other entities.", _ADD),
     ("kg_query", "What your knowledge graph holds about an entity and its neighbours, up "
                  "to depth relation hops away.", _READ),
+    ("working", "The working memory of one conversation thread: its recent messages, "
+                "variables, flags, counters, topic, entities and tools in flight, and its "
+                "version (0: the thread holds nothing yet).", _READ),
+    ("update_working", "Change a thread's working memory in one atomic step: append "
+                       "messages, set or delete variables, set or clear flags, add to "
+                       "counters, set the topic, entities or tools. With expected_version it "
+                       "applies only if nobody changed the thread since you read it.",
+     _UPDATE),
+    ("clear_working", "Empty a thread's working memory and start afresh; its messages are "
+                      "kept in long-term memory.", _DELETE),
+    ("end_thread", "End a conversation thread: its messages become a session in long-term "
+                   "memory (recallable later) and its working memory is deleted.", _DELETE),
+    ("threads", "Your live conversation threads, those about to expire first.", _READ),
 )
 
 

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 
 from memoryd.client import CONNECTION_ERRORS
 from memoryd.errors import (
+    Conflict,
     ContentTooLarge,
     Forbidden,
     MemorydError,
@@ -36,6 +37,7 @@ _STATUS: tuple[tuple[type[MemorydError], int, str], ...] = (
     (Unauthorized, 401, "unauthorized"),
     (Forbidden, 403, "forbidden"),
     (NotFound, 404, "not_found"),
+    (Conflict, 409, "conflict"),
     (ContentTooLarge, 413, "too_large"),
     (UnsupportedMediaType, 415, "unsupported_media_type"),
     (ValidationError, 422, "validation_error"),

@@ -102,7 +102,11 @@ def test_no_mcp_tool_reaches_an_agent_through_the_agent_header(
                  "forget": {"memory_id": agent_a["m"]}, "context": {"query": "launch"},
                  "list_memories": {}, "kg_add": {"id": "vault"},
                  "kg_query": {"start_id": "vault"}, "history": {"memory_id": agent_a["m"]},
-                 "remember_status": {"task_id": "00000000-0000-4000-8000-000000000000"}}
+                 "remember_status": {"task_id": "00000000-0000-4000-8000-000000000000"},
+                 "working": {"thread_id": "t"},
+                 "update_working": {"thread_id": "t", "topic": "planted"},
+                 "clear_working": {"thread_id": "t"}, "end_thread": {"thread_id": "t"},
+                 "threads": {}}
     assert set(arguments) == TOOLS
     accept = {"Accept": "application/json, text/event-stream"}
     for kind, key in _keys_not_covering_a(store, agent_a).items():

@@ -16,7 +16,8 @@ from mcp.client.streamable_http import streamable_http_client
 T = TypeVar("T")
 # The tools memoryd serves, by name.
 TOOLS = {"remember", "remember_status", "recall", "forget", "context", "list_memories",
-         "kg_add", "kg_query", "history"}
+         "kg_add", "kg_query", "history", "working", "update_working", "clear_working",
+         "end_thread", "threads"}
 
 
 def run_http(url: str, headers: dict[str, str],

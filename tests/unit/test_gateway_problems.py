@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError as DatabaseOperationalError
 
 from memoryd import logging as mlog
 from memoryd.errors import (
+    Conflict,
     ContentTooLarge,
     Forbidden,
     MemorydTimeoutError,
@@ -29,6 +30,7 @@ from tests.support.canary import database_error
     (Unauthorized("no key"), 401, "unauthorized", None),
     (Forbidden("not yours"), 403, "forbidden", None),
     (NotFound("gone"), 404, "not_found", None),
+    (Conflict("the thread is at version 3, not the expected 2"), 409, "conflict", None),
     (ContentTooLarge("content", "is 9 bytes, at most 8"), 413, "too_large", "content"),
     (ValidationError("limit", "must be positive"), 422, "validation_error", "limit"),
     (MemorydTimeoutError("slow"), 504, "timeout", None),
