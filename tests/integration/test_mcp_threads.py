@@ -184,3 +184,22 @@ def test_the_thread_tools_over_stdio_act_for_the_commands_agent(
     assert (state["agent_id"], [m["content"] for m in state["messages"]]) == (
         agent_id, ["over stdio"])
     assert client.working(agent_id, "local").version == 1
+
+
+def test_the_context_tool_brings_the_threads_working_memory_within_a_budget(
+        gateway: GatewayProcess, store: MemoryStore, client: MemoryClient,
+        agent_id: str) -> None:
+    client.store(agent_id, "Ilvar keeps bees on the roof of the old mill.")
+    client.update_working(agent_id, "chat-9", topic="visit", messages=_say("Visiting Ilvar."))
+
+    async def session(mcp: Client) -> Any:
+        return await mcp.call_tool("context", {"query": "What does Ilvar do?",
+                                               "thread_id": "chat-9", "budget": 400})
+
+    answer = run_http(gateway.url, bearer(make_key(store, agents=(agent_id,))), session)
+    found = structured(answer)
+    assert "Topic: visit" in found["context"] and "user: Visiting Ilvar." in found["context"]
+    assert found["used"] <= 400
+    assert [m["memory"]["content"] for m in found["memories"]] == [
+        "Ilvar keeps bees on the roof of the old mill."]
+    assert answer.content[0].text == found["context"]
