@@ -11,6 +11,14 @@ the agent prefix ``app_prefix(app_name)``.
 
     runner = Runner(agent=agent, app_name="shop", session_service=sessions,
                     memory_service=MemorydMemoryService(MemoryClient()))
+
+``search_memory`` answers recall's best ``limit`` that pass a relevance floor
+(``min_score``, default 0.7; ``_relevance``): ADK's ``InMemoryMemoryService`` answers only
+events sharing a word with the query, and so, at the default, does this service, ranked
+by recall rather than by the number of shared words. Deliberately not followed (each in
+docs/frameworks.md): an event added again under its id replaces the stored one (ADK's
+keeps the first), a deleted event added again comes back (ADK's remembers deletions),
+and an entry's id is memoryd's memory id (ADK's is the event id).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from memoryd import validation as check
 from memoryd.client import MemoryClient
 from memoryd.errors import ValidationError
 from memoryd.integrations import identity
+from memoryd.integrations._relevance import DEFAULT_MIN_SCORE, checked_min_score, relevant
 from memoryd.types import Memory
 
 _BATCH = 1000  # store_many's most items per call
@@ -53,11 +62,17 @@ def app_prefix(app_name: str) -> str:
 
 
 class MemorydMemoryService(BaseMemoryService):
-    """ADK's ``BaseMemoryService``: what agents add is recalled by memoryd's ranking."""
+    """ADK's ``BaseMemoryService``: what agents add is recalled by memoryd's ranking.
 
-    def __init__(self, client: MemoryClient, *, limit: int = 10) -> None:
+    ``limit``: the most memories a search answers; ``min_score``: the relevance floor
+    (``_relevance.relevance``, 0 to 1; None answers recall's best ``limit`` whatever
+    they are)."""
+
+    def __init__(self, client: MemoryClient, *, limit: int = 10,
+                 min_score: float | None = DEFAULT_MIN_SCORE) -> None:
         self.client = client
         self.limit = check.limit(limit)
+        self.min_score = checked_min_score(min_score)
 
     async def add_session_to_memory(self, session: Session) -> None:
         await self.add_events_to_memory(app_name=session.app_name, user_id=session.user_id,
@@ -84,8 +99,12 @@ class MemorydMemoryService(BaseMemoryService):
 
     async def search_memory(self, *, app_name: str, user_id: str,
                             query: str) -> SearchMemoryResponse:
-        hits = await self.client.arecall(agent_of(app_name, user_id), query, limit=self.limit)
-        return SearchMemoryResponse(memories=[as_entry(hit.memory) for hit in hits])
+        agent = agent_of(app_name, user_id)
+        if isinstance(query, str) and not query.strip():
+            return SearchMemoryResponse(memories=[])  # no word to match, as ADK's answers
+        hits = await self.client.arecall(agent, query, limit=self.limit)
+        kept = relevant(hits, self.min_score)
+        return SearchMemoryResponse(memories=[as_entry(hit.memory) for hit in kept])
 
     async def delete_memory(self, *, app_name: str, user_id: str,
                             memory_id: str | None = None) -> None:

@@ -11,6 +11,13 @@ repeat itself ("yes", "yes"): each content therefore ends with a short stamp of 
 
 The session id is memoryd's session id as it is, within the agent; an agent per user of
 an app is ``identity.agent_id(app, user)``, which no other pair shares.
+
+As the SDK's own sessions do: ``session_settings`` is normalised (None is
+``SessionSettings()``, a dict becomes one and an unknown field is refused), an item may be
+any JSON value and comes back as the same JSON type, and two concurrent ``pop_item`` calls
+never return the same item (``forget`` is the claim: only one caller deletes a memory).
+Deliberately not followed: a float that JSON cannot write (NaN, infinity) is refused, where
+``SQLiteSession`` writes it as non-standard JSON (docs/frameworks.md).
 """
 
 from __future__ import annotations
@@ -22,7 +29,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from agents.items import TResponseInputItem
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
+from pydantic import ValidationError as PydanticError
 
 from memoryd import validation as check
 from memoryd.client import MemoryClient
@@ -38,15 +50,39 @@ _MESSAGE_ROLES = {"user": "user", "assistant": "assistant", "system": "system",
 _BATCH = 1000  # store_many's most items per call
 
 
+class SessionSettingsError(ValidationError, TypeError):
+    """``session_settings`` refused: memoryd's ``ValidationError`` naming the field, and
+    the ``TypeError`` the SDK's own sessions raise for it, so either catch holds."""
+
+
+def normalised_settings(value: object) -> SessionSettings:
+    """``session_settings`` as the SDK's built-in sessions keep it: None is
+    ``SessionSettings()``, a dict is coerced by the SDK's own rule (unknown fields
+    refused)."""
+    if value is None:
+        return SessionSettings()
+    try:
+        return coerce_session_settings(value)  # type: ignore[arg-type]
+    except TypeError as exc:  # the SDK's message names fields and types, never values
+        raise SessionSettingsError("session_settings", str(exc)) from None
+    except PydanticError as exc:
+        wrong = ", ".join(".".join(map(str, e["loc"])) for e in exc.errors())
+        raise SessionSettingsError("session_settings", f"has a bad value for {wrong}") from None
+
+
 class MemorydSession:
     """The SDK's ``Session`` protocol over one memoryd session of ``agent_id``."""
 
     def __init__(self, session_id: str, *, client: MemoryClient, agent_id: str,
-                 session_settings: SessionSettings | None = None) -> None:
+                 session_settings: SessionSettings | Mapping[str, Any] | None = None
+                 ) -> None:
         self.session_id = check.required_text("session_id", session_id)
         self.agent_id = check.agent_id(agent_id)
         self.client = client
-        self.session_settings = session_settings
+        # Typed as the SDK's Session protocol types it (an attribute's type must match
+        # exactly), though it is never None here.
+        self.session_settings: SessionSettings | None = normalised_settings(
+            session_settings)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The latest ``limit`` items (all when None), oldest first; like ``SQLiteSession``,
@@ -75,11 +111,14 @@ class MemorydSession:
         return await asyncio.to_thread(self._pop)
 
     def _pop(self) -> TResponseInputItem | None:
-        newest = self.client.session_messages(self.agent_id, self.session_id, limit=1)
-        if not newest:
-            return None
-        self.client.forget(self.agent_id, newest[0].id)
-        return as_item(newest[0])
+        """Read the newest item and claim it by forgetting it: ``forget`` answers True
+        to the one caller whose delete removed it, so a pop that lost the race reads
+        again and claims the next newest, and two pops never return the same item."""
+        while newest := self.client.session_messages(self.agent_id, self.session_id,
+                                                     limit=1):
+            if self.client.forget(self.agent_id, newest[0].id):
+                return as_item(newest[0])
+        return None
 
     async def clear_session(self) -> None:
         """Forget every message of the session, and the items compaction folded away."""
@@ -97,10 +136,9 @@ class MemorydSession:
 
 def store_row(index: int, item: object, session_id: str, max_bytes: int) -> dict[str, Any]:
     """The ``store_many`` item of one session item; refused, naming ``items[index]``, if it
-    is not a JSON object or is over memoryd's content limit."""
+    is not JSON or is over memoryd's content limit. Any JSON value goes, as the SDK's
+    sessions take it (``json.dumps``), and comes back as the same JSON type."""
     field = f"items[{index}]"
-    if not isinstance(item, Mapping):
-        raise ValidationError(field, "must be a JSON object")
     try:
         text = json.dumps(item, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -126,9 +164,9 @@ def as_item(memory: Memory) -> TResponseInputItem:
     return cast(TResponseInputItem, {"role": role, "content": memory.content})
 
 
-def _content(item: Mapping[str, Any], text: str, stamp: str) -> str:
+def _content(item: object, text: str, stamp: str) -> str:
     """What recall reads of an item: a message's text, else the item's JSON."""
-    said = item.get("content")
+    said = item.get("content") if isinstance(item, Mapping) else None
     if isinstance(said, list):
         said = "\n".join(part["text"] for part in said
                          if isinstance(part, Mapping) and isinstance(part.get("text"), str))
@@ -136,9 +174,9 @@ def _content(item: Mapping[str, Any], text: str, stamp: str) -> str:
     return f"{readable}\n[{stamp}]"
 
 
-def _role(item: Mapping[str, Any]) -> str | None:
-    """memoryd's role of a message item; calls, outputs and reasoning get none, so the
-    session repair never merges them."""
-    if item.get("type", "message") != "message":
+def _role(item: object) -> str | None:
+    """memoryd's role of a message item; calls, outputs, reasoning and items that are
+    not objects get none, so the session repair never merges them."""
+    if not isinstance(item, Mapping) or item.get("type", "message") != "message":
         return None
     return _MESSAGE_ROLES.get(str(item.get("role")))

@@ -7,6 +7,10 @@ ordered by time: the memory that became true later replaces the other, whichever
 stored first (a bulk import can bring the old value last). At or above
 ``judging.SUPERSEDE_AT`` the supersession is applied; below it, or where the judges
 disagree, it waits in the review queue (``supersession.queue_review``).
+
+Keyed memories are left out on both sides: a key is the caller's own identity for a fact
+(a store under the same key replaces it), so memoryd never infers that a keyed memory
+replaces, or is replaced by, another (two framework items under different keys stay two).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ SUBJECT_POOL = 500
 _CANDIDATES = text(f"""
 SELECT f.id AS fresh_id, c.id, c.content, coalesce(c.valid_from, c.created_at) AS valid_from
 FROM unnest(CAST(:ids AS uuid[]), CAST(:subjects AS text[])) AS f(id, subjects)
-JOIN memories n ON n.id = f.id AND n.agent_id = :agent_id
+JOIN memories n ON n.id = f.id AND n.agent_id = :agent_id AND n.key IS NULL
 CROSS JOIN LATERAL (
     SELECT p.id, p.content, p.valid_from, p.created_at
     FROM (SELECT m.id, m.content, m.valid_from, m.created_at, m.embedding
@@ -44,6 +48,7 @@ CROSS JOIN LATERAL (
                             AS tsquery)
                 FROM unnest(tsvector_to_array(to_tsvector('english', f.subjects))) AS l)
             AND m.valid_to IS NULL AND m.archived_at IS NULL AND m.id <> n.id
+            AND m.key IS NULL
             AND m.embedding_model = n.embedding_model
           ORDER BY m.created_at DESC LIMIT {SUBJECT_POOL}) p
     ORDER BY p.embedding <=> n.embedding LIMIT :k) c

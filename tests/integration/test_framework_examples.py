@@ -33,8 +33,9 @@ def test_the_openai_agents_example_keeps_recalls_pops_and_clears_a_session(
 def test_the_adk_example_finds_what_the_user_said_in_the_session(
         worker: object, service_env: dict[str, str]) -> None:
     lines = _run("adk_memory.py", service_env)
-    assert lines[0] == "user: Please ship my parcels to the office in Porto."
-    assert "shop_agent: Done, the office in Porto it is." in lines
+    # The agent's reply shares no word with the question: the relevance floor keeps it
+    # out, as ADK's own memory service would.
+    assert lines == ["user: Please ship my parcels to the office in Porto."]
 
 
 def test_the_autogen_example_puts_the_recalled_memory_in_the_model_context(

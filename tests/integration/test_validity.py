@@ -172,6 +172,17 @@ def test_an_old_value_imported_after_the_new_one_is_the_one_superseded(
     assert store.get(AGENT, new.id).current
 
 
+def test_memories_under_keys_of_their_own_are_never_judged_replaced(
+        store: MemoryStore) -> None:
+    old = store.store(AGENT, "Ilvar Ostberg lives in Lisbon.", key="ilvar-then",
+                      created_at=MONTHS_AGO)
+    new = store.store(AGENT, "Ilvar Ostberg moved to Oslo last week.", key="ilvar-now",
+                      created_at=DAYS_AGO)
+    unkeyed = store.store(AGENT, "Ilvar Ostberg moved to Bergen yesterday.")
+    assert new.superseded == () and unkeyed.superseded == ()
+    assert store.get(AGENT, old.id).current and store.get(AGENT, new.id).current
+
+
 def test_a_second_hobby_is_not_a_replacement(store: MemoryStore) -> None:
     first = store.store(AGENT, "Tovah Drummage has been into pottery for years.")
     second = store.store(AGENT, "Tovah Drummage has also taken up climbing.")

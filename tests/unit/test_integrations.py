@@ -50,11 +50,17 @@ def test_an_item_comes_back_exactly_unless_maintenance_rewrote_its_text() -> Non
     assert merged == {"role": "user", "content": "Hola\nadiós"}
 
 
-@pytest.mark.parametrize("item", ["text", ["a"], {"role": "user", "content": {1, 2}}])
-def test_an_item_that_is_not_a_json_object_is_refused_by_its_index(item: object) -> None:
+def test_an_item_that_is_not_json_is_refused_by_its_index() -> None:
     with pytest.raises(ValidationError) as refused:
-        openai_agents.store_row(3, item, "s", 10_000)
+        openai_agents.store_row(3, {"role": "user", "content": {1, 2}}, "s", 10_000)
     assert refused.value.field == "items[3]"
+
+
+@pytest.mark.parametrize("item", ["text", ["a", 1], 7, None])
+def test_an_item_that_is_json_but_no_object_comes_back_as_the_same_value(item: object) -> None:
+    # As SQLiteSession, which stores any JSON value.
+    row = openai_agents.store_row(0, item, "s", 10_000)
+    assert openai_agents.as_item(_memory(row["content"], row["metadata"], None)) == item
 
 
 def test_an_event_without_text_stays_out_and_thoughts_are_left_out() -> None:
