@@ -155,23 +155,33 @@ def store_row(index: int, item: object, session_id: str, max_bytes: int) -> dict
 def as_item(memory: Memory) -> TResponseInputItem:
     """The item a memory holds, exactly; a message the session's maintenance wrote or
     rewrote (a compaction summary, a merged run) comes back as a plain message."""
-    text, stamp = memory.metadata.get(ITEM_KEY), memory.metadata.get(STAMP_KEY)
+    return _item_of(memory.content, memory.metadata, memory.role)
+
+
+def _item_of(content: str, metadata: Mapping[str, Any] | None,
+             role: str | None) -> TResponseInputItem:
+    found = metadata or {}
+    text, stamp = found.get(ITEM_KEY), found.get(STAMP_KEY)
     if isinstance(text, str) and isinstance(stamp, str):
         item = json.loads(text)
-        if memory.content == _content(item, text, stamp):
+        # Stamped in long-term memory; a working-memory message (and its promoted
+        # memory) holds the item's text alone.
+        if content in (_content(item, text, stamp), _content(item, text, None)):
             return cast(TResponseInputItem, item)
-    role = memory.role if memory.role in ("user", "assistant", "system") else "system"
-    return cast(TResponseInputItem, {"role": role, "content": memory.content})
+    role = role if role in ("user", "assistant", "system") else "system"
+    return cast(TResponseInputItem, {"role": role, "content": content})
 
 
-def _content(item: object, text: str, stamp: str) -> str:
-    """What recall reads of an item: a message's text, else the item's JSON."""
+def _content(item: object, text: str, stamp: str | None) -> str:
+    """What recall reads of an item: a message's text, else the item's JSON; stamped
+    where memoryd would otherwise keep one memory for two equal items (working memory
+    keeps both without a stamp, and its promotion lists both)."""
     said = item.get("content") if isinstance(item, Mapping) else None
     if isinstance(said, list):
         said = "\n".join(part["text"] for part in said
                          if isinstance(part, Mapping) and isinstance(part.get("text"), str))
     readable = said if isinstance(said, str) and said.strip() else text
-    return f"{readable}\n[{stamp}]"
+    return readable if stamp is None else f"{readable}\n[{stamp}]"
 
 
 def _role(item: object) -> str | None:
@@ -180,3 +190,75 @@ def _role(item: object) -> str | None:
     if not isinstance(item, Mapping) or item.get("type", "message") != "message":
         return None
     return _MESSAGE_ROLES.get(str(item.get("role")))
+
+
+class MemorydWorkingSession(MemorydSession):
+    """The session's working-memory mode: items are appended to the thread
+    ``session_id`` of memoryd's working memory (one Redis script, no worker), and reach
+    long-term memory as that session's messages when the thread ends (``end_session``),
+    idles past its TTL, or trims its oldest turns. Items read back: those already
+    promoted, then those on their way and the thread's own, each once: every item's
+    text ends with its own stamp, as in ``MemorydSession``, so two equal items stay two
+    memories and the first turns a trim copied into long-term memory are recognised."""
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted == 0:
+            return []
+        return await asyncio.to_thread(self._items,
+                                       wanted if wanted and wanted > 0 else None)
+
+    def _items(self, wanted: int | None) -> list[TResponseInputItem]:
+        """Long-term memory's items, then those on their way there and the thread's own,
+        in order, each once (by its stamp)."""
+        state = self.client.working(self.agent_id, self.session_id)
+        by_seq = {m.seq: m for m in [*state.pending, *state.messages]}
+        live = [by_seq[seq] for seq in sorted(by_seq)]
+        if wanted is not None and len(live) >= wanted:  # the newest are all the thread's
+            return [_item_of(m.content, m.metadata, m.role) for m in live[-wanted:]]
+        kept = self.client.session_messages(self.agent_id, self.session_id, limit=wanted)
+        stamps = {m.metadata.get(STAMP_KEY) for m in kept}
+        items = [as_item(m) for m in kept]
+        items += [_item_of(m.content, m.metadata, m.role) for m in live
+                  if (m.metadata or {}).get(STAMP_KEY) not in stamps]
+        return items if wanted is None else items[-wanted:]
+
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in order, in one atomic update; all are checked first."""
+        limit = self.client.settings.max_content_bytes
+        messages = [working_message(index, item, self.session_id, limit)
+                    for index, item in enumerate(items)]
+        if messages:
+            await self.client.aupdate_working(self.agent_id, self.session_id,
+                                              messages=messages)
+
+    def _pop(self) -> TResponseInputItem | None:
+        """The thread's newest item, taken atomically; its copy in long-term memory (a
+        first turn a trim copied) goes too. With the thread empty, the newest promoted
+        item is claimed as ``MemorydSession`` claims it."""
+        popped = self.client.pop_message(self.agent_id, self.session_id)
+        if popped is None:
+            return super()._pop()
+        stamp = (popped.metadata or {}).get(STAMP_KEY)
+        if isinstance(stamp, str):
+            for memory in self.client.list(self.agent_id, metadata={STAMP_KEY: stamp}).items:
+                self.client.forget(self.agent_id, memory.id)
+        return _item_of(popped.content, popped.metadata, popped.role)
+
+    def _clear(self) -> None:
+        """Every item goes: the thread is ended (its items promoted), then forgotten."""
+        self.client.end_thread(self.agent_id, self.session_id)
+        super()._clear()
+
+    async def end_session(self) -> None:
+        """End the thread now: its items become the long-term session's messages."""
+        await self.client.aend_thread(self.agent_id, self.session_id)
+
+
+def working_message(index: int, item: object, session_id: str,
+                    max_bytes: int) -> dict[str, Any]:
+    """The working-memory message of one item (checked as ``store_row`` checks it)."""
+    row = store_row(index, item, session_id, max_bytes)
+    return {"role": row["role"] or "tool", "content": row["content"],
+            "metadata": row["metadata"]}

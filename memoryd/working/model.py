@@ -81,7 +81,8 @@ class WorkingMessage(_Model):
 
 class WorkingMemory(_Model):
     """A thread's working memory. ``version`` counts its updates (0: no such thread);
-    ``promoted`` counts the messages trimmed from it into long-term memory."""
+    ``promoted`` counts the messages trimmed from it into long-term memory, and
+    ``pending`` holds those trimmed (or copied) that are on their way there."""
 
     agent_id: str
     thread_id: str
@@ -100,6 +101,7 @@ class WorkingMemory(_Model):
     ttl_seconds: int
     expires_at: datetime | None = None
     promoted: int = 0
+    pending: list[WorkingMessage] = []
 
 
 class ThreadInfo(_Model):

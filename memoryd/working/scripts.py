@@ -30,7 +30,7 @@ end
 local function state(tag)
   return {redis.call('HGETALL', k(tag, 'meta')), redis.call('LRANGE', k(tag, 'msgs'), 0, -1),
           redis.call('HGETALL', k(tag, 'vars')), redis.call('SMEMBERS', k(tag, 'flags')),
-          redis.call('HGETALL', k(tag, 'counters'))}
+          redis.call('HGETALL', k(tag, 'counters')), redis.call('LRANGE', k(tag, 'spill'), 0, -1)}
 end
 local function threads_key(meta)
   return P .. 'threads:' .. redis.call('HGET', meta, 'agent_digest')
@@ -227,11 +227,12 @@ return {redis.call('HGETALL', k(tag, 'meta')), redis.call('LRANGE', k(tag, 'spil
         redis.call('LRANGE', k(tag, 'msgs'), 0, -1)}
 """
 
-# ARGV: tag, spill entries promoted, 1 if retired, the generation promoted. A retired
-# thread is deleted; a live one loses the promoted head of its spill list (later spills
-# stay queued), unless it is another generation by now (retired and started again).
+# ARGV: tag, the last spill entry promoted ('' for none), 1 if retired, the generation
+# promoted. A retired thread is deleted; a live one loses its spill list up to that entry
+# (later spills stay queued; a promoter that read less and acknowledged first already
+# took the head), unless it is another generation by now (retired and started again).
 ACK = COMMON + """
-local tag, n, retired = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local tag, last, retired = ARGV[1], ARGV[2], ARGV[3] == '1'
 if retired then
   for _, part in ipairs(PARTS) do redis.call('DEL', k(tag, part)) end
   redis.call('ZREM', P .. 'work', tag)
@@ -239,7 +240,10 @@ if retired then
 end
 if redis.call('HGET', k(tag, 'meta'), 'generation') ~= ARGV[4] then return 0 end
 local spill = k(tag, 'spill')
-if n > 0 then redis.call('LTRIM', spill, n, -1) end
+if last ~= '' then
+  local at = redis.call('LPOS', spill, last)
+  if at then redis.call('LTRIM', spill, at + 1, -1) end
+end
 if redis.call('LLEN', spill) == 0 then redis.call('ZREM', P .. 'work', tag) end
 return 0
 """

@@ -47,7 +47,8 @@ class PromotionBatch:
         self.agent_id = meta.get("agent", "")
         self.thread_id = meta.get("thread", "")
         self.generation = meta.get("generation", "")
-        self.spilled = len(spill)
+        # The last entry read: acknowledging trims the spill list up to it.
+        self.last_spilled = spill[-1] if spill else ""
         entries = [*spill, *live] if self.retired else list(spill)
         by_seq = {message.seq: message for message in map(_message, entries)}
         self.messages = [by_seq[seq] for seq in sorted(by_seq)]
@@ -157,7 +158,7 @@ class WorkingStore:
         return PromotionBatch(tag, _pairs(meta), spill, live)
 
     def ack(self, batch: PromotionBatch) -> None:
-        self._lua["ACK"](args=[batch.tag, batch.spilled, int(batch.retired),
+        self._lua["ACK"](args=[batch.tag, batch.last_spilled, int(batch.retired),
                                batch.generation])
 
     def erase(self, agent_id: str) -> int:
@@ -193,7 +194,7 @@ class WorkingStore:
         if not reply:
             return WorkingMemory(agent_id=agent_id, thread_id=thread,
                                  ttl_seconds=self.settings.working_ttl_seconds)
-        meta_raw, messages, variables, flags, counters = reply
+        meta_raw, messages, variables, flags, counters, pending = reply
         meta = _pairs(meta_raw)
         return WorkingMemory(
             agent_id=agent_id, thread_id=thread, version=int(meta["version"]),
@@ -206,7 +207,8 @@ class WorkingStore:
             importance=float(meta.get("importance", 0.5)),
             created_at=_time(meta["created"]), last_accessed_at=_time(meta["accessed"]),
             access_count=int(meta["access_count"]), ttl_seconds=int(meta["ttl"]),
-            expires_at=_time(meta["deadline"]), promoted=int(meta.get("promoted", 0)))
+            expires_at=_time(meta["deadline"]), promoted=int(meta.get("promoted", 0)),
+            pending=[_message(entry) for entry in pending])
 
 
 def _payload(update: WorkingUpdate) -> dict[str, Any]:

@@ -181,3 +181,20 @@ def test_a_late_acknowledgement_never_trims_the_next_generations_spill(
     working.ack(stale)
     fresh = working.read(thread_tag(agent_id, THREAD))
     assert [m.content for m in fresh.messages] == [f"New line {n}." for n in range(20)]
+
+
+def test_overlapping_promoters_of_a_spill_never_trim_what_neither_read(
+        client: MemoryClient, agent_id: str) -> None:
+    working = client.working_store  # straight to Redis: no promotion is sent meanwhile
+    tag = thread_tag(agent_id, THREAD)
+    working.update(agent_id, THREAD, {"messages": _say(*(f"A{n}" for n in range(60)))})
+    first = working.read(tag)  # head 5 and middle 15
+    working.update(agent_id, THREAD, {"messages": _say(*(f"B{n}" for n in range(10)))})
+    second = working.read(tag)  # the same, and the second trim's 10
+    working.ack(first)
+    working.update(agent_id, THREAD, {"messages": _say(*(f"C{n}" for n in range(10)))})
+    working.ack(second)  # acknowledged last, having read more than the first
+    left = working.read(tag)
+    assert [m.seq for m in left.messages] == [m.seq for m in left.messages if m.seq > max(
+        message.seq for message in second.messages)]
+    assert len(left.messages) == 10
