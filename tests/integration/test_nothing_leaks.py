@@ -140,8 +140,18 @@ def _serve(http: httpx.Client, canary: str) -> tuple[str, list[httpx.Response]]:
                                         "attributes": {"code": canary}}),
         http.get("/kg/entities/locker"),
     ]
+    # Working memory: the thread's messages, variables and topic, read, then promoted.
+    answers += [
+        http.patch("/threads/t-1", json={
+            "messages": [{"role": "user", "content": f"My locker code is {canary}."}],
+            "variables": {"code": canary}, "topic": canary, "entities": [canary]}),
+        http.get("/threads/t-1"),
+        http.post("/context", json={"query": f"locker code {canary}", "thread_id": "t-1"}),
+        http.post("/threads/t-1/end"),
+    ]
     assert all(r.status_code in (200, 201) for r in answers), [r.text for r in answers]
     assert canary in answers[0].text and canary in answers[3].text  # the caller gets it
+    assert canary in answers[7].text and answers[9].json()["promoted"] == 1
     refused = http.post("/memories", json={"content": f"{REFUSED} {canary}"})
     missing = http.get(f"/memories/{uuid.uuid4()}")
     assert refused.status_code >= 400 and missing.status_code == 404
@@ -265,7 +275,7 @@ def test_what_a_caller_sends_reaches_the_caller_and_the_database_and_nothing_els
     with store.session() as session:
         rows = session.execute(text("SELECT content FROM memories WHERE agent_id = :a"),
                                {"a": agent}).scalars().all()
-    assert len(rows) == 3 and all(canary in row for row in rows)
+    assert len(rows) == 4 and all(canary in row for row in rows)
 
     def refused_stores() -> list[dict[str, Any]]:
         return [t for t in flower.tasks().values()

@@ -25,6 +25,12 @@ def database_error(canary: str) -> IntegrityError:
 Request = tuple[str, str, str, dict[str, str] | None, Any]
 
 
+def _nested(value: object, depth: int) -> object:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def bad_http_requests(agent: str, canary: str) -> list[Request]:
     at = f"/v1/agents/{agent}"
     store = [{"content": "x", "category": canary}, {"content": "x", "role": canary},
@@ -60,6 +66,14 @@ def bad_http_requests(agent: str, canary: str) -> list[Request]:
         ("agent", "POST", f"{at}/context", None, {"query": [canary]}),
         ("agent", "POST", f"{at}/context", None, {"query": "x", "limit": canary}),
         ("agent", "POST", f"{at}/context", None, {"query": "x", "as_of": canary}),
+        ("agent", "POST", f"{at}/context", None, {"query": "x", "budget": canary}),
+        ("agent", "POST", f"{at}/context", None, {"query": "x", "budget_unit": canary}),
+        *[("agent", "PATCH", f"{at}/threads/t", None, body) for body in (
+            {"messages": [{"role": canary, "content": "x"}]}, {"topic": [canary]},
+            {"variables": {"v": _nested(canary, 40)}}, {"increment": {"c": canary}},
+            {"expected_version": canary}, {"tools": {"active": canary}},
+            {"delete_variables": canary})],
+        ("agent", "GET", f"{at}/threads", {"limit": canary}, None),
         *[("agent", "POST", f"{at}/kg/entities", None, body) for body in graph],
         ("agent", "GET", f"{at}/kg/entities/{canary}", None, None),
         ("agent", "GET", f"{at}/kg/entities/x", {"depth": canary}, None),
@@ -100,6 +114,11 @@ def bad_mcp_calls(canary: str) -> list[tuple[str, dict[str, Any]]]:
         ("kg_query", {"start_id": [canary]}), ("kg_query", {"start_id": canary}),
         ("kg_query", {"start_id": "x", "depth": canary}),
         ("remember_status", {"task_id": canary}), ("remember_status", {"task_id": [canary]}),
+        ("working", {"thread_id": [canary]}), ("end_thread", {"thread_id": [canary]}),
+        ("clear_working", {"thread_id": [canary]}), ("threads", {"limit": canary}),
+        ("update_working", {"thread_id": "t", "messages": [{"role": canary, "content": "x"}]}),
+        ("update_working", {"thread_id": "t", "increment": {"c": canary}}),
+        ("context", {"query": "x", "budget": canary}),
         (canary, {"query": canary}),
     ]
 
