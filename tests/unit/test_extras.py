@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-ADAPTER_EXTRAS = ("openai-agents", "adk", "autogen")
+ADAPTER_EXTRAS = ("openai-agents", "adk", "autogen", "agent-framework", "llamaindex")
 PYPROJECT = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
 
 
