@@ -11,7 +11,8 @@ picks some; each reports into the same JSON):
   and ``MEMORY USAGE`` of one thread's keys.
 - ``latency``: ``--threads`` live threads; ``--processes`` caller processes (spawned) each
   mixing get and update (one message appended, one counter incremented) on random threads
-  for ``--seconds``, per path: ``inproc`` (``WorkingStore``), ``client``
+  for ``--seconds`` (back to back, or ``--pace`` calls per second each, Poisson
+  arrivals), per path: ``inproc`` (``WorkingStore``), ``client``
   (``MemoryClient``), ``http`` (httpx against the gateway, an agent key). The threads are
   seeded afresh before each path, so each sees the same sizes; each step starts with
   another path. No worker runs meanwhile.
@@ -284,6 +285,9 @@ class Target:
     update_share: float
     seconds: float
     paths: tuple[str, ...]
+    # Calls per second of each caller (0: as fast as it can, a closed loop): a fleet's
+    # agents call between model turns, not back to back.
+    pace: float = 0.0
 
 
 @dataclass
@@ -352,7 +356,11 @@ def run_ops(ops: dict[str, Op], target: Target, rng: random.Random, tag: str,
     samples = Samples()
     end = time.perf_counter() + seconds
     n = 0
+    due = time.perf_counter()
     while time.perf_counter() < end:
+        if target.pace:  # open loop: each call at its time, whenever the last finished
+            due += rng.expovariate(target.pace)
+            time.sleep(max(0.0, due - time.perf_counter()))
         op = "update" if rng.random() < target.update_share else "get"
         thread = thread_name(rng.randrange(target.threads))
         n += 1
@@ -458,7 +466,7 @@ def measure_latency(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
                 bench_gateway.gateway(stack.url, stack.broker, stack.workdir))
         target = Target(broker=stack.broker, base=base, key=key, agent=agent,
                         threads=args.threads, update_share=args.update_share,
-                        seconds=args.seconds, paths=paths)
+                        seconds=args.seconds, paths=paths, pace=args.pace)
         steps: dict[str, Any] = {}
         for number, n in enumerate(args.processes):
             # Each path goes first in turn: drift of a shared VM hits none alone.
@@ -467,7 +475,8 @@ def measure_latency(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
             steps[str(n)] = run_step(stack, order, n, args.threads, args.messages)
     stack.working.erase(agent)  # no backlog of trimmed messages for the later sections
     return {"threads": args.threads, "messages_per_thread": args.messages,
-            "seconds": args.seconds, "update_share": args.update_share, "steps": steps}
+            "seconds": args.seconds, "update_share": args.update_share, "pace": args.pace,
+            "steps": steps}
 
 
 # --- section: lost updates ----------------------------------------------------------------
@@ -927,6 +936,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--paths", type=choices(PATHS), default=list(PATHS))
     p.add_argument("--seconds", type=float, default=5.0, help="per path and step")
     p.add_argument("--update-share", type=float, default=0.5)
+    p.add_argument("--pace", type=float, default=0.0,
+                   help="calls per second of each latency caller, Poisson arrivals "
+                        "(default 0: back to back)")
     p.add_argument("--lost-processes", type=int, default=16)
     p.add_argument("--lost-updates", type=int, default=50, help="per process")
     p.add_argument("--lag-threads", type=int, default=100)

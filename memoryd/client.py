@@ -494,12 +494,14 @@ class MemoryClient:
                 self.settings, broker_url=conf.broker_url, result_backend=conf.result_backend)
         return self._working
 
-    def working(self, agent_id: str, thread: str) -> WorkingMemory:
+    def working(self, agent_id: str, thread: str, *, pending: bool = False) -> WorkingMemory:
         """The thread's working memory (version 0: it has none); reading it slides its
-        deadline and counts as an access."""
+        deadline and counts as an access. ``pending``: with the messages trimmed from it
+        that are on their way to long-term memory."""
         agent, name = check.agent_id(agent_id), thread_id(thread)
         with unreachable_as_unavailable():
-            return self.working_store.get(agent, name)
+            return self.working_store.get(agent, name,
+                                          pending=check.boolean("pending", pending))
 
     def update_working(self, agent_id: str, thread: str,
                        update: WorkingUpdate | Mapping[str, Any] | None = None,
@@ -577,8 +579,9 @@ class MemoryClient:
         call: Callable[..., Any] = self.context
         return await asyncio.to_thread(call, agent_id, query, **options)
 
-    async def aworking(self, agent_id: str, thread: str) -> WorkingMemory:
-        return await asyncio.to_thread(self.working, agent_id, thread)
+    async def aworking(self, agent_id: str, thread: str, *,
+                       pending: bool = False) -> WorkingMemory:
+        return await asyncio.to_thread(self.working, agent_id, thread, pending=pending)
 
     async def aupdate_working(self, agent_id: str, thread: str,
                               update: WorkingUpdate | Mapping[str, Any] | None = None,

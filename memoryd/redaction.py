@@ -65,7 +65,7 @@ SHOWN_KEYS = frozenset(SHOWN_TEXTS)
 FIELD_NAMES = frozenset({
     *SHOWN_KEYS, "agent_id", "content", "items", "entity", "start_id", "field", "params",
     "limit", "offset", "depth", "follow_up", "after", "broker", "results", "stats",
-    "complete", "error", "accept", "tag",
+    "complete", "error", "accept", "tag", "structured",
     *(name for model in vars(types).values()
       if isinstance(model, type) and issubclass(model, BaseModel)
       and model.__module__ == types.__name__ for name in model.model_fields)})

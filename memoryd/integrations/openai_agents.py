@@ -211,7 +211,7 @@ class MemorydWorkingSession(MemorydSession):
     def _items(self, wanted: int | None) -> list[TResponseInputItem]:
         """Long-term memory's items, then those on their way there and the thread's own,
         in order, each once (by its stamp)."""
-        state = self.client.working(self.agent_id, self.session_id)
+        state = self.client.working(self.agent_id, self.session_id, pending=True)
         by_seq = {m.seq: m for m in [*state.pending, *state.messages]}
         live = [by_seq[seq] for seq in sorted(by_seq)]
         if wanted is not None and len(live) >= wanted:  # the newest are all the thread's

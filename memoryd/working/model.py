@@ -82,7 +82,7 @@ class WorkingMessage(_Model):
 class WorkingMemory(_Model):
     """A thread's working memory. ``version`` counts its updates (0: no such thread);
     ``promoted`` counts the messages trimmed from it into long-term memory, and
-    ``pending`` holds those trimmed (or copied) that are on their way there."""
+    ``pending`` (when asked for) holds those trimmed (or copied) on their way there."""
 
     agent_id: str
     thread_id: str

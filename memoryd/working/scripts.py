@@ -27,10 +27,14 @@ local function push_all(key, values)
     redis.call('RPUSH', key, unpack(values, i, math.min(i + 499, #values)))
   end
 end
-local function state(tag)
+-- The thread's state; with ``pending``, also the messages on their way to long-term
+-- memory (a list that grows while no worker promotes, so only for those who ask).
+local function state(tag, pending)
+  local spill = {}
+  if pending then spill = redis.call('LRANGE', k(tag, 'spill'), 0, -1) end
   return {redis.call('HGETALL', k(tag, 'meta')), redis.call('LRANGE', k(tag, 'msgs'), 0, -1),
           redis.call('HGETALL', k(tag, 'vars')), redis.call('SMEMBERS', k(tag, 'flags')),
-          redis.call('HGETALL', k(tag, 'counters')), redis.call('LRANGE', k(tag, 'spill'), 0, -1)}
+          redis.call('HGETALL', k(tag, 'counters')), spill}
 end
 local function threads_key(meta)
   return P .. 'threads:' .. redis.call('HGET', meta, 'agent_digest')
@@ -65,12 +69,13 @@ local function retire(tag, now, lease)
 end
 """
 
-# ARGV: tag. The state, or nil for no such thread (nothing is created).
+# ARGV: tag, 1 to include the pending messages. The state, or nil for no such thread
+# (nothing is created).
 GET = COMMON + """
 local tag = ARGV[1]
 if redis.call('EXISTS', k(tag, 'meta')) == 0 then return false end
 touch(tag, now_ms())
-return state(tag)
+return state(tag, ARGV[2] == '1')
 """
 
 # ARGV: tag, the update (JSON), the thread's identity should it be new (JSON), the

@@ -25,7 +25,6 @@ from memoryd.working.model import (
     MAX_THREADS_LISTED,
     Limits,
     ThreadInfo,
-    ToolState,
     WorkingMemory,
     WorkingMessage,
     WorkingUpdate,
@@ -101,9 +100,11 @@ class WorkingStore:
         self.redis.close()
 
     # --- what callers do ------------------------------------------------------------
-    def get(self, agent_id: str, thread: str) -> WorkingMemory:
-        """The thread's working memory, its deadline slid; version 0 if it has none."""
-        found = self._lua["GET"](args=[thread_tag(agent_id, thread)])
+    def get(self, agent_id: str, thread: str, *, pending: bool = False) -> WorkingMemory:
+        """The thread's working memory, its deadline slid; version 0 if it has none.
+        ``pending``: with the messages trimmed from it that are on their way to
+        long-term memory."""
+        found = self._lua["GET"](args=[thread_tag(agent_id, thread), int(pending)])
         return self._state(agent_id, thread, found)
 
     def update(self, agent_id: str, thread: str,
@@ -191,24 +192,29 @@ class WorkingStore:
                 "counter_bound": COUNTER_BOUND}
 
     def _state(self, agent_id: str, thread: str, reply: Any) -> WorkingMemory:
+        """The script's reply as a ``WorkingMemory``, parsed in one pass: messages and
+        values are stored as JSON text (times in milliseconds, which pydantic reads as
+        such), so they are spliced into one document rather than decoded one by one."""
         if not reply:
             return WorkingMemory(agent_id=agent_id, thread_id=thread,
                                  ttl_seconds=self.settings.working_ttl_seconds)
         meta_raw, messages, variables, flags, counters, pending = reply
         meta = _pairs(meta_raw)
-        return WorkingMemory(
-            agent_id=agent_id, thread_id=thread, version=int(meta["version"]),
-            messages=[_message(entry) for entry in messages], topic=meta.get("topic"),
-            entities=json.loads(meta.get("entities", "[]")),
-            tools=ToolState.model_validate_json(meta.get("tools", "{}")),
-            variables={name: json.loads(value) for name, value in _pairs(variables).items()},
-            flags=sorted(flags),
-            counters={name: int(value) for name, value in _pairs(counters).items()},
-            importance=float(meta.get("importance", 0.5)),
-            created_at=_time(meta["created"]), last_accessed_at=_time(meta["accessed"]),
-            access_count=int(meta["access_count"]), ttl_seconds=int(meta["ttl"]),
-            expires_at=_time(meta["deadline"]), promoted=int(meta.get("promoted", 0)),
-            pending=[_message(entry) for entry in pending])
+        head = json.dumps({
+            "agent_id": agent_id, "thread_id": thread, "version": int(meta["version"]),
+            "topic": meta.get("topic"), "flags": sorted(flags),
+            "counters": {name: int(value) for name, value in _pairs(counters).items()},
+            "importance": float(meta.get("importance", 0.5)),
+            "created_at": int(meta["created"]), "last_accessed_at": int(meta["accessed"]),
+            "access_count": int(meta["access_count"]), "ttl_seconds": int(meta["ttl"]),
+            "expires_at": int(meta["deadline"]), "promoted": int(meta.get("promoted", 0))},
+            ensure_ascii=False)
+        values = ",".join(f"{json.dumps(name, ensure_ascii=False)}:{value}"
+                          for name, value in _pairs(variables).items())
+        document = (f'{head[:-1]},"messages":[{",".join(messages)}],'
+                    f'"pending":[{",".join(pending)}],"variables":{{{values}}},'
+                    f'"entities":{meta.get("entities", "[]")},"tools":{meta.get("tools", "{}")}}}')
+        return WorkingMemory.model_validate_json(document)
 
 
 def _payload(update: WorkingUpdate) -> dict[str, Any]:
@@ -234,9 +240,8 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
 
 
 def _message(entry: str) -> WorkingMessage:
-    data = json.loads(entry)
-    data["at"] = _time(data["at"])
-    return WorkingMessage.model_validate(data)
+    """A message as the update script stored it (its time in milliseconds)."""
+    return WorkingMessage.model_validate_json(entry)
 
 
 def _time(ms: Any) -> datetime:

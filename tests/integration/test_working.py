@@ -222,3 +222,12 @@ def test_concurrent_pops_each_take_a_different_message(client: MemoryClient,
     assert sorted(taken) == sorted(f"m{n}" for n in range(20))
     assert client.working(agent_id, THREAD).messages == []
     assert client.pop_message(agent_id, THREAD) is None
+
+
+def test_messages_on_their_way_to_long_term_memory_are_listed_only_when_asked(
+        client: MemoryClient, agent_id: str) -> None:
+    working = client.working_store  # straight to Redis: nothing is promoted meanwhile
+    working.update(agent_id, THREAD, {"messages": _say(*(f"m{n}" for n in range(60)))})
+    assert client.working(agent_id, THREAD).pending == []
+    pending = client.working(agent_id, THREAD, pending=True).pending
+    assert [m.content for m in pending] == [f"m{n}" for n in range(20)]
