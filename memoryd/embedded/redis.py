@@ -133,10 +133,12 @@ class EmbeddedRedis:
         # No snapshots, and an append-only file of plain commands even once rewritten
         # (no compressed snapshot preamble): after an erasure's rewrite
         # (``memoryd.broker.persistence``) a search of the files for the agent's id or
-        # a word of its contents finds what is really there.
+        # a word of its contents finds what is really there. Never evict: working
+        # memory's threads leave Redis only once promoted.
         settings = {"port": str(self.port), "bind": "127.0.0.1",
                     "dir": json.dumps(str(self.data_dir), ensure_ascii=False), "save": '""',
                     "appendonly": "yes", "aof-use-rdb-preamble": "no",
+                    "maxmemory-policy": "noeviction",
                     "protected-mode": "yes", "requirepass": self.password}
         return "".join(f"{name} {value}\n" for name, value in settings.items())
 
