@@ -23,7 +23,8 @@ from memoryd.memory.rows import STORED_COLUMNS
 HEAD = "0017"
 TABLES = {"memories", "sessions", "kg_entities", "kg_relations", "memory_links",
           "maintenance_runs", "evicted_memories", "agent_term_stats", "agent_terms", "api_keys",
-          "dead_letters", "restored_evictions", "memory_supersessions", "memory_versions"}
+          "dead_letters", "restored_evictions", "memory_supersessions", "memory_versions",
+          "working_promotions"}
 
 
 @pytest.fixture

@@ -182,7 +182,9 @@ def test_recall_list_get_and_the_other_reads_are_served_by_the_replica(
         store.sessions(agent)
         store.metadata_values(agent, "none")
         store.related(agent, ids[1])
-        assert replica_reads(store) - before == 8, served(store)
+        # context reads twice: its recall, then the memories naming the query's
+        # entities ("Alps"), each on the replica.
+        assert replica_reads(store) - before == 9, served(store)
         with store.read_session(agent) as session:
             assert session.info["replica"] is not None
             assert session.execute(text("SELECT pg_is_in_recovery()")).scalar_one() is True
