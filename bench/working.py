@@ -80,7 +80,6 @@ TARGETS = {"client_p95_ms": 2.0, "http_p95_ms": 6.0, "at_callers": 8,
 WARMUP_CALLS = 5
 POLL_S = 0.05
 GIVE_UP_S = 120.0  # a writer's retries of one update through a Redis restart
-PROMOTE_TASK = "memoryd.working.promote"
 
 AGENTS = {section: f"bench-working-{section}" for section in SECTIONS}
 
@@ -617,6 +616,7 @@ def send_promotions(stack: Stack, tags: Sequence[str]) -> None:
     from celery import Celery
 
     from memoryd.celery_config import MEMORY_QUEUE, celery_config
+    from memoryd.working.store import PROMOTE_TASK
 
     app = Celery("bench-working", set_as_current=False)
     app.conf.update(celery_config(stack.settings, broker_url=stack.broker, caller=True))

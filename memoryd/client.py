@@ -73,7 +73,7 @@ from memoryd.working.model import (
     unit_of,
 )
 from memoryd.working.model import thread_id as thread_ref
-from memoryd.working.store import WorkingStore, thread_tag
+from memoryd.working.store import END_TASK, PROMOTE_TASK, WorkingStore, thread_tag
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 30.0
@@ -512,6 +512,9 @@ class MemoryClient:
         makes it compare-and-set (``Conflict`` when the thread moved on). Messages the
         thread no longer keeps go to long-term memory at once."""
         agent, name = check.agent_id(agent_id), thread_id(thread)
+        if update is not None and fields:
+            raise ValidationError("update", "give the update or its fields as keywords, "
+                                            "not both")
         given = fields if update is None else update
         with unreachable_as_unavailable():
             state, spilled = self.working_store.update(agent, name, given)
@@ -546,7 +549,7 @@ class MemoryClient:
         if tag is None:
             return Promotion(agent_id=agent, thread_id=name, promoted=0, already=0,
                              ended=False)
-        done = self._call("memoryd.working.end", {"tag": tag}, _promotion, timeout)
+        done = self._call(END_TASK, {"tag": tag}, _promotion, timeout)
         return done or Promotion(agent_id=agent, thread_id=name, promoted=0, already=0,
                                  ended=True)
 
@@ -562,7 +565,7 @@ class MemoryClient:
         """Send the thread's trimmed messages on to long-term memory; nobody waits (the
         sweep resends it should this message be lost)."""
         kwargs = {"tag": thread_tag(agent_id, thread)}
-        self._app.send_task("memoryd.working.promote", kwargs=kwargs, queue=MEMORY_QUEUE,
+        self._app.send_task(PROMOTE_TASK, kwargs=kwargs, queue=MEMORY_QUEUE,
                             argsrepr="()", kwargsrepr=summarize(kwargs))
 
     # --- asyncio ------------------------------------------------------------------

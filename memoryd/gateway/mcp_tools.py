@@ -472,7 +472,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 # Writes are idempotent (a repeated remember finds its duplicate, a repeated forget
 # finds nothing); only forget destroys.

@@ -19,8 +19,8 @@ Not followed, as working memory works (docs/frameworks.md):
 - a thread keeps a window: past 50 messages (by default), its first 5 and last 40 (the
   rest go to long-term memory), so ``get_messages`` of a long thread is not all of it;
 - working memory never drops a message: what a rewrite (``set_messages`` that is not an
-  extension of the thread, ``delete_message``, ``delete_last_message``, ``add_message``
-  at an index) takes out goes to long-term memory, the thread is cleared (its variables
+  extension of the thread, ``delete_message``, ``add_message`` at an index) takes out
+  goes to long-term memory, the thread is cleared (its variables
   and flags too) and the messages kept are appended again (so long-term memory lists them
   again when they are promoted); a message appended by someone else between the read and
   the clear leaves the thread for long-term memory. ``delete_messages`` ends the thread
@@ -169,7 +169,10 @@ class MemorydChatStore(BaseChatStore):
         return as_chat_message(taken)
 
     def delete_last_message(self, key: str) -> ChatMessage | None:
-        return self.delete_message(key, -1)
+        """Take out the newest message, atomically (working memory's pop: two callers
+        never take the same one, and nothing else in the thread changes)."""
+        popped = self.client.pop_message(self.agent_id, thread_id(key))
+        return None if popped is None else as_chat_message(popped)
 
     def get_keys(self) -> list[str]:
         keys: list[str] = []

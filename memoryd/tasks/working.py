@@ -13,7 +13,7 @@ from memoryd.memory import promotion
 from memoryd.process import Slot
 from memoryd.tasks.base import MemorydTask, dump, get_store
 from memoryd.worker import app
-from memoryd.working.store import WorkingStore, promotion_tag
+from memoryd.working.store import END_TASK, PROMOTE_TASK, WorkingStore, promotion_tag
 
 _WORKING: Slot[WorkingStore] = Slot("working", lambda working, _after_fork: working.close())
 
@@ -25,12 +25,12 @@ def get_working() -> WorkingStore:
     return _WORKING.get(lambda: WorkingStore.from_settings(get_settings()))
 
 
-@app.task(name="memoryd.working.promote", base=MemorydTask, ignore_result=True)
+@app.task(name=PROMOTE_TASK, base=MemorydTask, ignore_result=True)
 def promote(tag: str) -> None:
     promotion.promote(get_store(), get_working(), promotion_tag(tag))
 
 
-@app.task(name="memoryd.working.end", base=MemorydTask)
+@app.task(name=END_TASK, base=MemorydTask)
 def end(tag: str) -> Any:
     done = promotion.promote(get_store(), get_working(), promotion_tag(tag))
     return None if done is None else dump(done)

@@ -13,11 +13,9 @@ import structlog
 
 from memoryd.config import Settings
 from memoryd.redaction import summarize
-from memoryd.working.store import WorkingStore
+from memoryd.working.store import PROMOTE_TASK, WorkingStore
 
 log = structlog.get_logger(__name__)
-
-PROMOTE_TASK = "memoryd.working.promote"
 
 
 class Sweeper:

@@ -32,6 +32,9 @@ from memoryd.working.model import (
 )
 
 PREFIX = "memoryd:wm:"
+# The workers' promotion tasks (``memoryd.tasks.working``), which clients and sweeps send.
+PROMOTE_TASK = "memoryd.working.promote"
+END_TASK = "memoryd.working.end"
 MAX_FLAGS = 1024
 MAX_COUNTERS = 1024
 

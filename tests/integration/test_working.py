@@ -231,3 +231,11 @@ def test_messages_on_their_way_to_long_term_memory_are_listed_only_when_asked(
     assert client.working(agent_id, THREAD).pending == []
     pending = client.working(agent_id, THREAD, pending=True).pending
     assert [m.content for m in pending] == [f"m{n}" for n in range(20)]
+
+
+def test_an_update_given_both_as_a_mapping_and_as_keywords_is_refused(
+        client: MemoryClient, agent_id: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        client.update_working(agent_id, THREAD, {"topic": "one"}, topic="two")
+    assert refused.value.field == "update"
+    assert client.working(agent_id, THREAD).version == 0
